@@ -1,0 +1,26 @@
+"""Talk to a Hugging Face Hub (or the bundled local one) with the official huggingface_hub client.
+
+Stores and serves files, builds and uploads repos from a directory, resolves revisions, downloads
+into the cache and verifies digests. Knows nothing of what the files mean.
+
+Import is cheap: the server (starlette, uvicorn) and huggingface_hub load only when used.
+"""
+
+from __future__ import annotations
+
+from .errors import DigestMismatchError, HubClientError, InvalidNameError, PublishConflictError
+
+__all__ = [
+    "DigestMismatchError",
+    "HubClientError",
+    "InvalidNameError",
+    "PublishConflictError",
+    "serve_in_background",
+]
+
+
+def serve_in_background(root, **kwargs):
+    """Start the local Hub on a free loopback port; see :func:`hub_client.server.serve_in_background`."""
+    from .server import serve_in_background as _serve
+
+    return _serve(root, **kwargs)

@@ -1,0 +1,53 @@
+"""Digests: git blob ids (what the Hub calls a regular file's oid) and sha256."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from pathlib import Path
+
+CHUNK = 1 << 20
+
+
+def git_blob_oid(data: bytes) -> str:
+    """The git blob sha1 of ``data`` (``git hash-object``): the Hub's oid and ETag of a regular file."""
+    h = hashlib.sha1(b"blob %d\x00" % len(data))
+    h.update(data)
+    return h.hexdigest()
+
+
+def file_digests(path: str | os.PathLike) -> tuple[str, str, int]:
+    """Return ``(sha256_hex, git_blob_oid, size)`` of a file, reading it once in chunks."""
+    size = os.path.getsize(path)
+    sha = hashlib.sha256()
+    git = hashlib.sha1(b"blob %d\x00" % size)
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            sha.update(chunk)
+            git.update(chunk)
+    return sha.hexdigest(), git.hexdigest(), size
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    return file_digests(path)[0]
+
+
+def sha256_b64(path: str | os.PathLike) -> str:
+    """Base64 of the raw sha256 of a file: the per-file form Hugging Face kernels' metadata.json uses."""
+    return base64.b64encode(bytes.fromhex(sha256_file(path))).decode("ascii")
+
+
+def digest_matches(path: Path, name: str) -> tuple[bool, str, str]:
+    """Check a cached blob against the name the cache stored it under.
+
+    huggingface_hub names cached blobs after the ETag: a 40-hex git blob id for regular files or
+    the 64-hex sha256 for LFS files. Returns ``(ok, algorithm, actual)``; names of another shape
+    are not digests and pass.
+    """
+    sha, git, _ = file_digests(path)
+    if len(name) == 40:
+        return git == name, "git-sha1", git
+    if len(name) == 64:
+        return sha == name, "sha256", sha
+    return True, "none", ""
