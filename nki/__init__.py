@@ -1,0 +1,13 @@
+"""nkihub's NKI: write NeuronCore kernels with ``@nki.jit``, ``nki.language`` and ``nki.isa``, run them on
+the numpy simulator, compile and profile them for trn1/trn2/trn3.
+
+    import nki
+    import nki.language as nl
+    import nki.isa as nisa
+"""
+from nki import isa, language
+from nki.errors import KernelRuleError, NkiError, SimulationError
+from nki.jit import JitKernel, jit, simulate
+
+__version__ = "0.1.0"
+__all__ = ["JitKernel", "KernelRuleError", "NkiError", "SimulationError", "isa", "jit", "language", "simulate"]

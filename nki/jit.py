@@ -1,0 +1,183 @@
+"""``nki.jit``: trace a kernel for concrete shapes, dtypes and constant arguments into a Program, check
+and allocate it, cache it, and replay it on the simulator on every later call with the same signature.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import linecache
+import threading
+
+from nki import tracing
+from nki.arrays import is_array, is_torch, to_numpy, to_torch
+from nki.tensor import NkiTensor
+from simulator.allocate import allocate
+from simulator.dtypes import dtype_name
+from simulator.errors import KernelRuleError, NkiError, SourceLoc
+from simulator.executor import Executor
+from simulator.program import Program
+from simulator.targets import get_target
+from simulator.validate import validate
+
+
+class CompiledKernel:
+    """A traced, validated and allocated Program for one signature, with its executor."""
+
+    def __init__(self, program: Program, target):
+        self.program = program
+        self.target = target
+        self._executor = None
+        self._lock = threading.Lock()
+
+    @property
+    def executor(self) -> Executor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = Executor(self.program, self.target)
+            return self._executor
+
+
+def _signature_key(bound: inspect.BoundArguments):
+    parts = []
+    for name, value in bound.arguments.items():
+        if is_array(value):
+            arr = to_numpy(value)
+            parts.append((name, "T", tuple(arr.shape), dtype_name(arr.dtype)))
+        else:
+            try:
+                hash(value)
+                parts.append((name, "C", value))
+            except TypeError:
+                parts.append((name, "C", repr(value)))
+    return tuple(parts)
+
+
+class JitKernel:
+    """A kernel decorated with ``@nki.jit``. Calling it runs it on the simulator (tracing once per
+    signature); ``kernel[gx, gy](...)`` launches an SPMD grid."""
+
+    def __init__(self, fn, grid: tuple = (), cache: dict | None = None, **options):
+        self.fn = fn
+        self.grid = tuple(grid)
+        self.options = options
+        self._cache = {} if cache is None else cache
+        self._sig = inspect.signature(fn)
+        self._lock = threading.Lock()
+        functools.update_wrapper(self, fn)
+
+    def __getitem__(self, grid) -> "JitKernel":
+        grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+        return JitKernel(self.fn, tuple(int(g) for g in grid), self._cache, **self.options)
+
+    def __repr__(self) -> str:
+        return f"<nki.jit kernel {self.fn.__qualname__}{'[' + ', '.join(map(str, self.grid)) + ']' if self.grid else ''}>"
+
+    # -- tracing ---------------------------------------------------------------------------------------
+    def _bind(self, args, kwargs) -> inspect.BoundArguments:
+        bound = self._sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound
+
+    def specialize(self, *args, target=None, **kwargs) -> CompiledKernel:
+        """The compiled kernel for these arguments (traced, checked and allocated on first use)."""
+        tgt = get_target(target)
+        bound = self._bind(args, kwargs)
+        key = (tgt.name, self.grid, _signature_key(bound))
+        entry = self._cache.get(key)
+        if entry is None:
+            with self._lock:
+                entry = self._cache.get(key)
+                if entry is None:
+                    entry = CompiledKernel(self._trace(bound, tgt), tgt)
+                    self._cache[key] = entry
+        return entry
+
+    def trace(self, *args, target=None, **kwargs) -> Program:
+        """The checked, allocated Program of this kernel for these arguments."""
+        try:
+            return self.specialize(*args, target=target, **kwargs).program
+        except NkiError as exc:
+            raise exc.with_traceback(None) from None
+
+    def _def_loc(self) -> SourceLoc:
+        code = self.fn.__code__
+        return SourceLoc(code.co_filename, code.co_firstlineno, 0, None,
+                         linecache.getline(code.co_filename, code.co_firstlineno).rstrip("\n"))
+
+    def _trace(self, bound: inspect.BoundArguments, target) -> Program:
+        b = tracing.Builder(self.fn.__name__, target)
+        b.grid = self.grid
+        call = {}
+        with b.active():
+            for name, value in bound.arguments.items():
+                if is_array(value):
+                    arr = to_numpy(value)
+                    spec = b.new_tensor(arr.shape, dtype_name(arr.dtype), "hbm", kind="input", name=name,
+                                        loc=self._def_loc())
+                    b.program.inputs.append(spec.name)
+                    call[name] = NkiTensor(spec)
+                else:
+                    call[name] = value
+            bound_call = self._sig.bind_partial(**call)
+            ids = list(itertools.product(*(range(g) for g in self.grid))) if self.grid else [()]
+            ret = None
+            for pid in ids:
+                b.program_ids = pid
+                b._shared_cursor = 0
+                ret = self.fn(*bound_call.args, **bound_call.kwargs)
+        self._set_outputs(b.program, ret)
+        validate(b.program, target, rules=False)
+        allocate(b.program, target)
+        return b.program
+
+    def _set_outputs(self, program: Program, ret) -> None:
+        if ret is None:
+            program.meta["returns"] = "none"
+            return
+        single = isinstance(ret, NkiTensor)
+        outs = [ret] if single else list(ret)
+        for t in outs:
+            if not isinstance(t, NkiTensor) or t.spec.on_chip or t.spec.kind == "input":
+                raise KernelRuleError("kernel-return", "a kernel returns tensors it allocated in HBM "
+                                      "(nl.ndarray(shape, dtype, buffer=nl.shared_hbm))",
+                                      loc=getattr(getattr(t, "spec", None), "loc", None) or self._def_loc())
+            if t.name not in program.outputs:
+                program.outputs.append(t.name)
+                t.spec.kind = "output"
+        program.meta["returns"] = "single" if single else "tuple"
+
+    # -- running ----------------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        if tracing.current() is not None:
+            return self.fn(*args, **kwargs)  # a kernel called from a kernel is inlined
+        return self.run(*args, **kwargs)
+
+    def run(self, *args, target=None, **kwargs):
+        """Run on the simulator; returns numpy arrays, or CPU torch tensors when any input is one."""
+        try:
+            compiled = self.specialize(*args, target=target, **kwargs)
+            bound = self._bind(args, kwargs)
+            arrays = [v for v in bound.arguments.values() if is_array(v)]
+            outs = compiled.executor.run([to_numpy(a) for a in arrays])
+        except NkiError as exc:
+            raise exc.with_traceback(None) from None
+        if any(is_torch(a) for a in arrays):
+            outs = [to_torch(o) for o in outs]
+        kind = compiled.program.meta.get("returns")
+        if kind == "none":
+            return None
+        return outs[0] if kind == "single" else tuple(outs)
+
+
+def jit(fn=None, **kwargs):
+    """Decorator: make ``fn`` an NKI kernel (``@nki.jit`` or ``@nki.jit(...)``)."""
+    if fn is None:
+        return lambda f: JitKernel(f, **kwargs)
+    return fn if isinstance(fn, JitKernel) else JitKernel(fn, **kwargs)
+
+
+def simulate(kernel):
+    """``nki.simulate(kernel)(*args)``: run a kernel on the simulator with numpy arrays or torch tensors."""
+    k = kernel if isinstance(kernel, JitKernel) else JitKernel(kernel)
+    return k.run

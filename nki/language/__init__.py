@@ -1,0 +1,22 @@
+"""``nki.language`` (nl): tensors, buffers, dtypes, loops and tile-level math, as in AWS NKI 0.3+.
+
+Functions that return tiles emit ``nki.isa`` instructions into the kernel being traced.
+"""
+from nki.dtypes import dtype_of as _dtype_of
+from nki.language.elementwise import *  # noqa: F401,F403
+from nki.language.elementwise import BINARY as _BINARY, UNARY as _UNARY, invert, logical_not, reciprocal, where
+from nki.language.loops import affine_range, num_programs, program_id, program_ndim, sequential_range, static_range
+from nki.language.memory import (_assign, broadcast_to, copy, device_print, ds, empty_like, full, hbm, is_hbm,
+                                 is_on_chip, is_psum, is_sbuf, load, ndarray, ones, private_hbm, psum,
+                                 sbuf, shared_hbm, store, tile_size, zeros, zeros_like)
+from nki.language.reductions import matmul, max, mean, min, prod, softmax, sum, transpose
+from nki.tensor import NkiTensor
+
+bool_ = _dtype_of("bool_")
+int8, int16, int32 = _dtype_of("int8"), _dtype_of("int16"), _dtype_of("int32")
+uint8, uint16, uint32 = _dtype_of("uint8"), _dtype_of("uint16"), _dtype_of("uint32")
+float16, float32, bfloat16 = _dtype_of("float16"), _dtype_of("float32"), _dtype_of("bfloat16")
+# tfloat32 is stored as float32 (the Tensor Engine's tf32 rounding is not modelled).
+tfloat32 = float32
+float8_e4m3, float8_e5m2 = _dtype_of("float8_e4m3"), _dtype_of("float8_e5m2")
+float8_e4m3fn, float8_e8m0fnu = _dtype_of("float8_e4m3fn"), _dtype_of("float8_e8m0fnu")

@@ -1,0 +1,40 @@
+"""Operator identity: ``nisa`` calls take operators as ``nl`` functions (``op=nl.add``, ``op=nl.exp``),
+``np`` functions or names; this resolves any of them to the instruction table's operator names."""
+from __future__ import annotations
+
+import numpy as np
+
+_NUMPY = {np.add: "add", np.subtract: "subtract", np.multiply: "multiply", np.divide: "divide",
+          np.maximum: "maximum", np.minimum: "minimum", np.power: "power", np.exp: "exp", np.log: "log",
+          np.tanh: "tanh", np.sqrt: "sqrt", np.square: "square", np.abs: "abs", np.negative: "negative",
+          np.sin: "sin", np.cos: "cos", np.equal: "equal", np.not_equal: "not_equal", np.less: "less",
+          np.less_equal: "less_equal", np.greater: "greater", np.greater_equal: "greater_equal",
+          np.bitwise_and: "bitwise_and", np.bitwise_or: "bitwise_or", np.bitwise_xor: "bitwise_xor",
+          np.max: "maximum", np.min: "minimum", np.sum: "add", np.prod: "multiply"}
+# nl reduction helpers name the ALU operator they reduce with.
+_REDUCE_ALIASES = {"max": "maximum", "min": "minimum", "sum": "add", "prod": "multiply", "all": "logical_and"}
+
+
+def nki_op(name: str):
+    """Decorator: mark an ``nl`` function as the operator ``name`` for ``nisa`` calls."""
+    def mark(fn):
+        fn._nki_op = name
+        return fn
+    return mark
+
+
+def op_name(op) -> str:
+    """The operator name of ``op`` (an ``nl`` function, a numpy ufunc, or a string)."""
+    if op is None:
+        raise ValueError("an operator is required")
+    if isinstance(op, str):
+        return _REDUCE_ALIASES.get(op, op)
+    name = getattr(op, "_nki_op", None)
+    if name is not None:
+        return name
+    try:
+        if op in _NUMPY:
+            return _NUMPY[op]
+    except TypeError:
+        pass
+    raise ValueError(f"{op!r} is not an operator the engines know; pass an nl function such as nl.add")

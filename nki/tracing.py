@@ -1,0 +1,140 @@
+"""Tracing: the builder that records instructions into a Program while a kernel's Python runs.
+
+The current builder is an explicit context (a ``ContextVar``), never a patched module. Each instruction
+carries the kernel source line that made it, found by walking past this project's own frames.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import linecache
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from simulator.errors import KernelRuleError, SourceLoc
+from simulator.program import AccessPattern, Instruction, LoopInfo, Program, TensorSpec
+from simulator.validate import check_instruction
+
+_ROOT = Path(__file__).resolve().parent.parent
+_INTERNAL = tuple(str(_ROOT / pkg) + os.sep for pkg in ("nki", "simulator", "neuronxcc"))
+_current: contextvars.ContextVar["Builder | None"] = contextvars.ContextVar("nki_builder", default=None)
+
+
+def _position(frame) -> tuple[int, int, int | None]:
+    idx = frame.f_lasti // 2
+    for i, pos in enumerate(frame.f_code.co_positions()):
+        if i == idx:
+            line, _, col, end_col = pos
+            return line or frame.f_lineno, col or 0, end_col
+    return frame.f_lineno, 0, None
+
+
+def caller_loc() -> SourceLoc | None:
+    """The first frame outside nki/simulator: the kernel line being traced."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    line, col, end_col = _position(frame)
+    filename = frame.f_code.co_filename
+    text = linecache.getline(filename, line)
+    if end_col is not None and text and len(text.rstrip("\n")) < end_col:
+        end_col = None  # the expression spans lines: underline from the column to the line's end
+    return SourceLoc(filename, line, col, end_col, text.rstrip("\n"))
+
+
+def current() -> "Builder | None":
+    """The builder of the kernel being traced, or None outside tracing."""
+    return _current.get()
+
+
+def require(what: str) -> "Builder":
+    """The current builder; a clear error when called outside a kernel."""
+    b = _current.get()
+    if b is None:
+        raise RuntimeError(f"{what} can only be used inside a kernel being traced (a function decorated "
+                           "with @nki.jit, called with arrays)")
+    return b
+
+
+class Builder:
+    """Records tensors, loops and instructions of one kernel trace into a ``Program``."""
+
+    def __init__(self, name: str, target):
+        self.program = Program(name, meta={"target": target.name})
+        self.target = target
+        self.loop_stack: list[tuple[int, int]] = []
+        self._names: dict[str, int] = {}
+        self._psum_by_matmul: dict[str, np.ndarray] = {}
+        self.program_ids: tuple[int, ...] = ()
+        self.grid: tuple[int, ...] = ()
+        self.shared_outputs: list = []     # SPMD: shared_hbm tensors in creation order, reused per program
+        self._shared_cursor = 0
+
+    @contextlib.contextmanager
+    def active(self):
+        token = _current.set(self)
+        try:
+            yield self
+        finally:
+            _current.reset(token)
+
+    def fresh_name(self, prefix: str) -> str:
+        prefix = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in prefix) or "t"
+        n = self._names.get(prefix, 0)
+        self._names[prefix] = n + 1
+        name = prefix if n == 0 else f"{prefix}_{n}"
+        while name in self.program.tensors:
+            n += 1
+            self._names[prefix] = n + 1
+            name = f"{prefix}_{n}"
+        return name
+
+    def new_tensor(self, shape, dtype: str, buffer: str, kind: str = "internal", name: str | None = None,
+                   loc: SourceLoc | None = None, data: bytes | None = None) -> TensorSpec:
+        shape = tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape):
+            raise KernelRuleError("shape", f"negative dimension in shape {shape}", loc=loc or caller_loc())
+        spec = TensorSpec(self.fresh_name(name or buffer), shape, dtype, buffer, kind,
+                          loc or caller_loc(), None, data)
+        return self.program.add_tensor(spec)
+
+    def new_loop(self, kind: str, trip_count: int, loc: SourceLoc | None) -> int:
+        lid = len(self.program.loops)
+        self.program.loops[lid] = LoopInfo(lid, kind, trip_count, loc)
+        return lid
+
+    def emit(self, opcode: str, engine: str, dst: dict[str, AccessPattern], src: dict[str, AccessPattern],
+             attrs: dict | None = None) -> Instruction:
+        """Append one instruction after checking its operand rules for the builder's target."""
+        ins = Instruction(opcode, engine, dst, src, attrs or {}, caller_loc(), tuple(self.loop_stack))
+        check_instruction(ins, self.program, self.target)
+        self.program.instructions.append(ins)
+        self._track_psum(ins)
+        return ins
+
+    # PSUM accumulation auto-detection (nc_matmul accumulate=None): the first matmul write to a PSUM
+    # location overwrites; later matmul writes accumulate; any other write ends the group.
+    def _flags(self, name: str) -> np.ndarray:
+        if name not in self._psum_by_matmul:
+            self._psum_by_matmul[name] = np.zeros(self.program.tensors[name].size, dtype=bool)
+        return self._psum_by_matmul[name]
+
+    def psum_accumulating(self, ap: AccessPattern) -> bool:
+        from numpy.lib.stride_tricks import as_strided
+        flags = self._flags(ap.tensor)
+        view = as_strided(flags[ap.offset:], ap.shape, tuple(s for s, _ in ap.dims), writeable=False)
+        return bool(view.any())
+
+    def _track_psum(self, ins: Instruction) -> None:
+        from numpy.lib.stride_tricks import as_strided
+        for ap in ins.dst.values():
+            if self.program.tensors[ap.tensor].buffer != "psum":
+                continue
+            flags = self._flags(ap.tensor)
+            view = as_strided(flags[ap.offset:], ap.shape, tuple(s for s, _ in ap.dims))
+            view[...] = ins.opcode == "nc_matmul"

@@ -1,0 +1,86 @@
+"""Per-instruction cost rules of shared/hardware.md as named constants and small formulas.
+
+Every constant carries its source; where the documentation gives no figure the comment says so. These
+are used by the ``cost`` functions of the instruction table; the scheduler in ``costmodel`` adds queues,
+dependencies and DMA latency. Never tune a constant to make one kernel's number come out.
+"""
+from __future__ import annotations
+
+import math
+
+# -- engines (cycles) -- hardware.md "Cost rules" ----------------------------------------------------
+MIN_II_CYCLES = 64                 # minimum initiation interval of Vector/Scalar instructions
+ACCESS_START_CYCLES = 60           # every SBUF/PSUM access starts in about 60 cycles
+DEPENDENT_TINY_CYCLES = 100        # a dependent tiny instruction adds roughly 100 cycles
+GPSIMD_FIXED_CYCLES = 150          # GpSimd: about 150 + N
+RECIPROCAL_CYCLES_PER_ELEM = 8     # reciprocal about max(MIN_II, 8N)
+BN_AGGR_FACTOR = 13 / 3            # bn_aggr about 13N/3
+ACTIVATION_REDUCE_EXTRA_CYCLES = MIN_II_CYCLES   # a reduce adds MIN_II
+# Switching the activation function loads a table. The cost is not published: a tunable guess.
+ACT_TABLE_LOAD_CYCLES = 128
+PERF_MODE_COPY_SPEEDUP = 4         # v3 perf mode: tensor_copy/tensor_scalar 4x for bf16/fp16 SBUF
+PERF_MODE_TT_SPEEDUP = 2           # v3 perf mode: tensor_tensor 2x
+STRIDE_PENALTY_BYTES = 16          # innermost strides over 16 bytes halve bandwidth
+
+# -- Tensor Engine -------------------------------------------------------------------------------------
+MATMUL_MIN_CYCLES = 64             # a matmul issues every max(N_moving, 64) cycles
+FP32_MATMUL_SLOWDOWN = 4           # fp32 operands about 4x slower
+LOAD_STATIONARY_SPEEDUP = 4        # LoadStationary runs in the background, up to 4x faster than moving
+FP8_DOUBLE_ROW_SPEEDUP = 2         # v3+ double-row fp8 mode
+
+# -- DMA -------------------------------------------------------------------------------------------------
+DMA_FIXED_LATENCY_S = 1.3e-6       # trigger to start
+DMA_DESCRIPTOR_S = 0.6e-6          # descriptor generation per hardware DMA instruction
+DMA_PARTITIONS_PER_ENGINE = 8      # a 128-partition transfer spreads 8 partitions per engine
+DMA_OVERHEAD_BOUND_BYTES = 512     # under ~512 B contiguous per partition: overhead-bound
+DMA_FULL_BW_BYTES = 2048           # 2-4 KiB contiguous per partition reaches full bandwidth
+
+
+def vector_cycles(n: int, inputs: int = 1, *, fast: bool = False) -> float:
+    """Vector Engine: max(MIN_II, N) for one input, max(MIN_II, 2N) for two; ``fast`` (bf16 SBUF
+    contiguous add/sub/mul, or a PSUM input) runs at N."""
+    per = 1 if (fast or inputs <= 1) else 2
+    return max(MIN_II_CYCLES, per * n)
+
+
+def scalar_cycles(n: int, *, reduce: bool = False) -> float:
+    """Scalar (Activation) Engine: max(MIN_II, N); scale and bias free; a reduce adds MIN_II."""
+    return max(MIN_II_CYCLES, n) + (ACTIVATION_REDUCE_EXTRA_CYCLES if reduce else 0)
+
+
+def gpsimd_cycles(n: int) -> float:
+    """GpSimd: about 150 + N."""
+    return GPSIMD_FIXED_CYCLES + n
+
+
+def matmul_cycles(n_moving: int, *, fp32: bool, double_row: bool = False) -> float:
+    """Tensor Engine: one matmul issues every max(N_moving, 64) cycles; fp32 about 4x slower."""
+    cycles = max(n_moving, MATMUL_MIN_CYCLES)
+    if fp32:
+        cycles *= FP32_MATMUL_SLOWDOWN
+    if double_row:
+        cycles /= FP8_DOUBLE_ROW_SPEEDUP
+    return cycles
+
+
+def pe_transpose_cycles(p: int, f: int) -> float:
+    """Transpose on the Tensor Engine: about max(P, min(64, F))."""
+    return max(p, min(64, f))
+
+
+def dma_transfer_s(total_bytes: int, partitions: int, contiguous_bytes: int, target) -> float:
+    """Seconds a DMA keeps its queues busy: descriptor generation plus bytes over the bandwidth of the
+    engines the transfer spreads over; short contiguous runs are overhead-bound."""
+    engines = max(1, min(target.dma_engines, math.ceil(max(1, partitions) / DMA_PARTITIONS_PER_ENGINE)))
+    bw = target.dma_bytes_per_s_per_engine * engines
+    if contiguous_bytes < DMA_FULL_BW_BYTES:
+        # Linear from overhead-bound (a quarter of the bandwidth, not published: estimate) at 512 B
+        # up to full bandwidth at 2 KiB per contiguous run.
+        frac = min(1.0, max(0.25, contiguous_bytes / DMA_FULL_BW_BYTES))
+        bw *= frac
+    return DMA_DESCRIPTOR_S + total_bytes / bw
+
+
+def seconds(cycles: float, target, engine: str) -> float:
+    """Cycles on an engine's clock to seconds."""
+    return cycles / target.clock_hz(engine)

@@ -1,0 +1,123 @@
+"""The instruction table's building blocks: ``OpDef`` (one row of the table), the registry ``OPS``,
+the category sets, and the helpers every ``execute`` uses (fp32 math, fitting a source to a destination).
+
+Each instruction is defined once, in one module of this package, with its engines, operand rules, numpy
+``execute`` and ``cost`` side by side. The executor, the validator and the cost model look rows up here.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+
+# Category names (rows carry a subset; rules read these sets, never lists of opcodes).
+ELEMENTWISE = "elementwise"
+REDUCE = "reduce"
+DMA = "dma"
+MATMUL = "matmul"
+ACCUMULATE = "accumulate"     # may read-modify-write its destination associatively (PSUM accumulation)
+GENERATE = "generate"         # writes without reading tensors (memset, iota)
+DEBUG = "debug"               # no effect on data (device_print)
+
+
+@dataclass
+class ExecContext:
+    """State an execution carries besides tensors: the target, the printed lines, a random generator."""
+
+    target: object
+    printed: list = field(default_factory=list)
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+    echo: bool = True
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One instruction: opcode, allowed engines, docstring, rules, numpy execute, cost, categories.
+
+    - ``execute(ins, src, dst, ctx)``: ``src``/``dst`` map roles to numpy views of the operands (raw
+      dtypes); it computes in fp32 and writes into the ``dst`` views with :func:`store`.
+    - ``cost(ins, program, target) -> float``: seconds the instruction keeps its engine busy.
+    - ``rules``: callables ``(ins, program, target)`` that raise ``KernelRuleError``.
+    - ``reads_dst(ins)``: whether the destination's old contents are read (accumulation).
+    """
+
+    opcode: str
+    engines: frozenset
+    doc: str
+    execute: Callable
+    cost: Callable
+    rules: tuple = ()
+    categories: frozenset = frozenset()
+    reads_dst: Callable = staticmethod(lambda ins: False)
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register(opcode: str, *, engines, execute, cost, rules=(), categories=(), reads_dst=None,
+             doc: str | None = None) -> OpDef:
+    """Add a row to the instruction table (``doc`` defaults to ``execute``'s docstring)."""
+    if opcode in OPS:
+        raise ValueError(f"instruction {opcode!r} is defined twice")
+    row = OpDef(opcode, frozenset(engines), (doc or execute.__doc__ or "").strip(), execute, cost,
+                tuple(rules), frozenset(categories), reads_dst or (lambda ins: False))
+    OPS[opcode] = row
+    return row
+
+
+def opdef(opcode: str) -> OpDef:
+    """The table row of an opcode."""
+    try:
+        return OPS[opcode]
+    except KeyError:
+        raise ValueError(f"unknown instruction {opcode!r}") from None
+
+
+def in_category(category: str) -> frozenset:
+    """Opcodes carrying a category."""
+    return frozenset(k for k, v in OPS.items() if category in v.categories)
+
+
+# -- helpers for execute ---------------------------------------------------------------------------
+
+def f32(a: np.ndarray) -> np.ndarray:
+    """The fp32 value the engines compute with."""
+    return a.astype(np.float32, copy=False) if a.dtype != np.float32 else a
+
+
+def fit(a: np.ndarray, shape: tuple) -> np.ndarray:
+    """Make a source operand match a destination shape: equal, numpy-broadcastable, or the same
+    partitions with the same number of elements per partition (reinterpreted row-major)."""
+    if a.shape == tuple(shape):
+        return a
+    try:
+        return np.broadcast_to(a, shape)
+    except ValueError:
+        pass
+    if a.shape[0] == shape[0] and math.prod(a.shape[1:]) == math.prod(shape[1:]):
+        return a.reshape(shape)
+    if a.size == math.prod(shape):
+        return a.reshape(shape)
+    raise ValueError(f"cannot fit an operand of shape {a.shape} to {tuple(shape)}")
+
+
+def store(dst: np.ndarray, value) -> None:
+    """Write an fp32 (or exact) result into a destination view, casting with round-to-nearest-even."""
+    value = np.asarray(value)
+    if dst.dtype.kind in "iub" and value.dtype.kind == "f":
+        # Float to integer conversions saturate and round to nearest on the engines.
+        info = np.iinfo(dst.dtype) if dst.dtype.kind != "b" else None
+        value = np.rint(value)
+        if info is not None:
+            value = np.clip(value, info.min, info.max)
+    dst[...] = fit(value, dst.shape).astype(dst.dtype, copy=False) if value.shape != dst.shape \
+        else value.astype(dst.dtype, copy=False)
+
+
+def free_elems(shape: tuple) -> int:
+    """Elements per partition of a tile shape."""
+    return math.prod(shape[1:]) if len(shape) > 1 else 1

@@ -1,0 +1,246 @@
+"""Elementwise instructions of the Vector, Scalar and GpSimd engines.
+
+Operands are SBUF/PSUM tiles; scalar operands are immediates (in ``attrs``) or per-partition columns
+``[P, 1]`` (in ``src``) broadcast along the free dims. The engines compute in fp32.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator import cost_rules as cr
+from simulator.isa import alu
+from simulator.isa.base import ELEMENTWISE, GENERATE, f32, fit, register, store
+from simulator.rules import COMPUTE_RULES, fail, partitions, same_free_size, same_partitions
+
+
+def _n(ins) -> int:
+    ap = ins.dst["dst"]
+    return ap.size // max(1, partitions(ap))
+
+
+def _bf16_sbuf(ins, program) -> bool:
+    return all(program.tensor_of(ap).dtype in ("bfloat16", "float16") and program.tensor_of(ap).buffer == "sbuf"
+               for ap in list(ins.src.values()) + list(ins.dst.values()))
+
+
+def _any_psum(ins, program) -> bool:
+    return any(program.tensor_of(ap).buffer == "psum" for ap in ins.src.values())
+
+
+def _engine_cost(ins, program, target, inputs: int, *, fast=False, perf=1):
+    n = _n(ins)
+    if ins.engine == "gpsimd":
+        return cr.seconds(cr.gpsimd_cycles(n), target, "gpsimd")
+    if ins.engine == "scalar":
+        return cr.seconds(cr.scalar_cycles(n), target, "scalar")
+    cycles = cr.vector_cycles(n, inputs, fast=fast)
+    if perf > 1 and target.nc_version != "gen2" and _bf16_sbuf(ins, program):
+        cycles = max(cr.MIN_II_CYCLES, cycles / perf)
+    return cr.seconds(cycles, target, "vector")
+
+
+def operand(ins, src, name: str, default=None):
+    """A scalar operand: a ``[P, 1]`` column from ``src`` or an immediate from ``attrs``."""
+    if name in src:
+        return f32(src[name])
+    value = ins.attrs.get(name, default)
+    return None if value is None else np.float32(value)
+
+
+def _apply(op: str, a, b, reverse: bool):
+    return alu.alu(op)(b, a) if reverse else alu.alu(op)(a, b)
+
+
+def _reduce_into(ins, src, dst, y):
+    """Shared by activation and tensor_scalar_reduce: the free-axis reduction of a result into
+    ``reduce_res`` ([P, 1]); ``reduce_cmd='reduce'`` keeps accumulating onto its contents."""
+    if "reduce_res" not in dst:
+        return
+    op = ins.attrs.get("reduce_op", "add")
+    r = alu.reduce(op, y.reshape(y.shape[0], -1), axis=1, keepdims=True)
+    if ins.attrs.get("reduce_cmd") == "reduce":
+        r = alu.alu(alu.reduce_name(op))(f32(dst["reduce_res"]).reshape(r.shape), r)
+    store(dst["reduce_res"], r.reshape(dst["reduce_res"].shape))
+
+
+# -- tensor_tensor --------------------------------------------------------------------------------------
+def _tensor_tensor(ins, src, dst, ctx):
+    """dst = data1 <op> data2, elementwise (Vector or GpSimd engine)."""
+    out = dst["dst"]
+    a, b = fit(f32(src["data1"]), out.shape), fit(f32(src["data2"]), out.shape)
+    store(out, alu.alu(ins.attrs["op"])(a, b))
+
+
+def _tt_cost(ins, program, target):
+    fast = (_bf16_sbuf(ins, program) and ins.attrs["op"] in ("add", "subtract", "multiply")) \
+        or _any_psum(ins, program)
+    return _engine_cost(ins, program, target, 2, fast=fast, perf=cr.PERF_MODE_TT_SPEEDUP)
+
+
+register("tensor_tensor", engines={"vector", "gpsimd"}, execute=_tensor_tensor, cost=_tt_cost,
+         rules=COMPUTE_RULES + (same_partitions("dst", "data1", "data2"), same_free_size("dst", "data1"),
+                                same_free_size("dst", "data2")),
+         categories={ELEMENTWISE})
+
+
+# -- tensor_scalar ------------------------------------------------------------------------------------
+def _tensor_scalar(ins, src, dst, ctx):
+    """dst = (data <op0> operand0) <op1> operand1, operands immediates or [P, 1] columns; ``reverse``
+    swaps an operator's operands."""
+    out = dst["dst"]
+    x = fit(f32(src["data"]), out.shape)
+    y = _apply(ins.attrs["op0"], x, operand(ins, src, "operand0"), ins.attrs.get("reverse0", False))
+    if ins.attrs.get("op1") is not None:
+        y = _apply(ins.attrs["op1"], y, operand(ins, src, "operand1"), ins.attrs.get("reverse1", False))
+    store(out, y)
+    _reduce_into(ins, src, dst, y)
+
+
+def _ts_cost(ins, program, target):
+    return _engine_cost(ins, program, target, 1, perf=cr.PERF_MODE_COPY_SPEEDUP)
+
+
+register("tensor_scalar", engines={"vector", "scalar", "gpsimd"}, execute=_tensor_scalar, cost=_ts_cost,
+         rules=COMPUTE_RULES + (same_partitions("dst", "data", "operand0", "operand1"),
+                                same_free_size("dst", "data")),
+         categories={ELEMENTWISE})
+
+
+# -- activation ---------------------------------------------------------------------------------------
+def _activation(ins, src, dst, ctx):
+    """dst = op(data * scale + bias) on the Scalar Engine; scale/bias are immediates or [P, 1] columns;
+    optionally reduces the result along the free axes into ``reduce_res``."""
+    out = dst["dst"]
+    x = fit(f32(src["data"]), out.shape)
+    scale = operand(ins, src, "scale", 1.0)
+    bias = operand(ins, src, "bias", 0.0)
+    y = alu.activation(ins.attrs["op"])(x * scale + bias)
+    store(out, y)
+    _reduce_into(ins, src, dst, y)
+
+
+def _act_cost(ins, program, target):
+    return cr.seconds(cr.scalar_cycles(_n(ins), reduce="reduce_res" in ins.dst), target, "scalar")
+
+
+def _act_rules(ins, program, target):
+    if "reduce_res" in ins.dst and ins.dst["reduce_res"].size // max(1, partitions(ins.dst["reduce_res"])) != 1:
+        raise fail("reduce-result-shape", "reduce_res must hold one element per partition", ins, program,
+                   "reduce_res")
+
+
+register("activation", engines={"scalar"}, execute=_activation, cost=_act_cost,
+         rules=COMPUTE_RULES + (same_partitions("dst", "data", "bias", "scale"), same_free_size("dst", "data"),
+                                _act_rules),
+         categories={ELEMENTWISE},
+         reads_dst=lambda ins: ins.attrs.get("reduce_cmd") == "reduce")
+
+
+# -- copies, memset, reciprocal -----------------------------------------------------------------------
+def _tensor_copy(ins, src, dst, ctx):
+    """dst = src: bit-exact for equal dtypes, through fp32 otherwise (Vector, Scalar or GpSimd)."""
+    out, s = dst["dst"], src["src"]
+    if s.dtype == out.dtype:
+        out[...] = fit(s, out.shape)
+    else:
+        store(out, fit(f32(s), out.shape))
+
+
+register("tensor_copy", engines={"vector", "scalar", "gpsimd"}, execute=_tensor_copy, cost=_ts_cost,
+         rules=COMPUTE_RULES + (same_partitions("dst", "src"), same_free_size("dst", "src")),
+         categories={ELEMENTWISE})
+
+
+def _predicated(ins, src, dst, ctx):
+    """dst = src where predicate (reversed with ``reverse_pred``) else dst unchanged (Vector Engine)."""
+    out = dst["dst"]
+    pred = fit(src["predicate"], out.shape) != 0
+    if ins.attrs.get("reverse_pred"):
+        pred = ~pred
+    value = fit(f32(src["src"]), out.shape) if "src" in src else np.float32(ins.attrs["value"])
+    store(out, np.where(pred, value, f32(out)))
+
+
+register("tensor_copy_predicated", engines={"vector"}, execute=_predicated,
+         cost=lambda ins, p, t: _engine_cost(ins, p, t, 2),
+         rules=COMPUTE_RULES + (same_partitions("dst", "src", "predicate"), same_free_size("dst", "predicate")),
+         categories={ELEMENTWISE}, reads_dst=lambda ins: True)
+
+
+def _memset(ins, src, dst, ctx):
+    """Fill dst with a constant (Vector or GpSimd engine)."""
+    store(dst["dst"], np.full(dst["dst"].shape, ins.attrs["value"], dtype=np.float64))
+
+
+register("memset", engines={"vector", "gpsimd"}, execute=_memset,
+         cost=lambda ins, p, t: _engine_cost(ins, p, t, 1), rules=COMPUTE_RULES,
+         categories={GENERATE})
+
+
+def _reciprocal(ins, src, dst, ctx):
+    """dst = 1 / data (Vector Engine)."""
+    out = dst["dst"]
+    with np.errstate(divide="ignore"):
+        store(out, np.float32(1.0) / fit(f32(src["data"]), out.shape))
+
+
+def _recip_cost(ins, program, target):
+    return cr.seconds(max(cr.MIN_II_CYCLES, cr.RECIPROCAL_CYCLES_PER_ELEM * _n(ins)), target, "vector")
+
+
+register("reciprocal", engines={"vector"}, execute=_reciprocal, cost=_recip_cost,
+         rules=COMPUTE_RULES + (same_partitions("dst", "data"), same_free_size("dst", "data")),
+         categories={ELEMENTWISE})
+
+
+# -- iota and affine_select (GpSimd) ------------------------------------------------------------------
+def affine_values(shape, pattern, offset, channel_multiplier) -> np.ndarray:
+    """offset + channel_multiplier * partition + sum(step_i * index_i) over a [P, ...] tile whose free
+    elements follow ``pattern`` ([[step, num], ...])."""
+    p = shape[0]
+    val = np.full((p, 1), offset, dtype=np.int64) + channel_multiplier * np.arange(p, dtype=np.int64)[:, None]
+    free = np.zeros(1, dtype=np.int64)
+    for step, num in pattern:
+        free = (free[:, None] + step * np.arange(num, dtype=np.int64)[None, :]).reshape(-1)
+    return (val + free[None, :]).reshape(shape)
+
+
+def _pattern_rule(ins, program, target):
+    out = ins.dst["dst"]
+    n = 1
+    for _, num in ins.attrs["pattern"]:
+        n *= num
+    if n != out.size // max(1, partitions(out)):
+        raise fail("pattern-size", f"the pattern describes {n} elements per partition; dst has "
+                   f"{out.size // max(1, partitions(out))}", ins, program, "dst")
+
+
+def _iota(ins, src, dst, ctx):
+    """dst[p, i...] = offset + channel_multiplier * p + sum(step_k * i_k) (GpSimd Engine)."""
+    out = dst["dst"]
+    store(out, affine_values(out.shape, ins.attrs["pattern"], ins.attrs.get("offset", 0),
+                             ins.attrs.get("channel_multiplier", 0)).astype(np.float64))
+
+
+def _gpsimd_cost(ins, program, target):
+    return cr.seconds(cr.gpsimd_cycles(_n(ins)), target, "gpsimd")
+
+
+register("iota", engines={"gpsimd"}, execute=_iota, cost=_gpsimd_cost,
+         rules=COMPUTE_RULES + (_pattern_rule,), categories={GENERATE})
+
+
+def _affine_select(ins, src, dst, ctx):
+    """dst = on_true_tile where cmp_op(affine value, 0) else on_false_value; the affine value is the
+    iota expression (pattern, offset, channel_multiplier) (GpSimd Engine)."""
+    out = dst["dst"]
+    vals = affine_values(out.shape, ins.attrs["pattern"], ins.attrs.get("offset", 0),
+                         ins.attrs.get("channel_multiplier", 0)).astype(np.float32)
+    pred = alu.alu(ins.attrs.get("cmp_op", "equal"))(vals, np.float32(0)) != 0
+    store(out, np.where(pred, fit(f32(src["on_true_tile"]), out.shape), np.float32(ins.attrs["on_false_value"])))
+
+
+register("affine_select", engines={"gpsimd"}, execute=_affine_select, cost=_gpsimd_cost,
+         rules=COMPUTE_RULES + (_pattern_rule, same_partitions("dst", "on_true_tile"),
+                                same_free_size("dst", "on_true_tile")),
+         categories={ELEMENTWISE})

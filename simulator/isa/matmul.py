@@ -1,0 +1,120 @@
+"""Tensor Engine instructions: nc_matmul and nc_transpose (Tensor or Vector engine)."""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator import cost_rules as cr
+from simulator.isa.base import ACCUMULATE, MATMUL, f32, register, store
+from simulator.rules import COMPUTE_RULES, fail, partitions
+
+MATMUL_IN_DTYPES = frozenset({"float8_e4m3", "float8_e5m2", "float8_e4m3fn", "bfloat16", "float16",
+                              "float32"})
+
+
+def _free(ap) -> int:
+    return ap.size // max(1, partitions(ap))
+
+
+def _matmul_rules(ins, program, target):
+    st, mv, dst = ins.src["stationary"], ins.src["moving"], ins.dst["dst"]
+    for role in ("stationary", "moving"):
+        spec = program.tensor_of(ins.src[role])
+        if spec.buffer != "sbuf":
+            raise fail("matmul-buffer", "Tensor Engine inputs must be in SBUF", ins, program, role)
+        if spec.dtype not in MATMUL_IN_DTYPES:
+            raise fail("matmul-dtype", f"Tensor Engine inputs must be one of "
+                       f"{', '.join(sorted(MATMUL_IN_DTYPES))}", ins, program, role)
+    dspec = program.tensor_of(dst)
+    if dspec.buffer != "psum":
+        raise fail("matmul-buffer", "the matmul output must be a PSUM tile", ins, program, "dst")
+    ok_out = {"float32", "bfloat16"} if target.psum_bf16_allowed else {"float32"}
+    if dspec.dtype not in ok_out:
+        raise fail("matmul-dtype", f"the matmul output in PSUM must be {' or '.join(sorted(ok_out))} on "
+                   f"{target.name}", ins, program, "dst")
+    fp32 = {program.tensor_of(st).dtype == "float32", program.tensor_of(mv).dtype == "float32"}
+    if len(fp32) == 2:
+        raise fail("matmul-dtype", "if one matmul input is float32 the other must be float32 too",
+                   ins, program, "moving")
+    if partitions(st) != partitions(mv):
+        raise fail("matmul-contraction", f"the contraction (partition) dims differ: stationary has "
+                   f"{partitions(st)}, moving has {partitions(mv)}", ins, program, "moving")
+    if _free(st) > target.stationary_fmax:
+        raise fail("matmul-stationary-size", f"the stationary free size is {_free(st)}; at most "
+                   f"{target.stationary_fmax}", ins, program, "stationary")
+    moving_max = target.moving_fmax_fp32 if dspec.dtype == "float32" else 2 * target.moving_fmax_fp32
+    moving_max = max(target.moving_fmax, moving_max) if target.psum_bf16_allowed else target.moving_fmax
+    if _free(mv) > moving_max:
+        raise fail("matmul-moving-size", f"the moving free size is {_free(mv)}; at most {moving_max}",
+                   ins, program, "moving")
+    if partitions(dst) != _free(st) or _free(dst) != _free(mv):
+        raise fail("matmul-output-shape", f"the output must be [{_free(st)}, {_free(mv)}] "
+                   "(stationary free x moving free)", ins, program, "dst")
+    # One accumulation group lives in one PSUM bank (v2/v3; v4 may span all banks).
+    if not target.psum_bf16_allowed:
+        item = dspec.np_dtype.itemsize
+        lo, hi = dst.extent()
+        first = (lo % dspec.free_size) * item
+        last = ((hi - 1) % dspec.free_size) * item
+        if first // target.psum_bank_bytes != last // target.psum_bank_bytes:
+            raise fail("psum-bank", f"the matmul output spans bytes {first}..{last} of each partition, "
+                       f"crossing a {target.psum_bank_bytes}-byte PSUM bank", ins, program, "dst")
+
+
+def _matmul(ins, src, dst, ctx):
+    """dst = stationary.T @ moving on the Tensor Engine: inputs from SBUF, fp32 accumulation in PSUM.
+    With ``accumulate`` the product is added to the PSUM contents, else it overwrites them."""
+    st, mv, out = src["stationary"], src["moving"], dst["dst"]
+    k = st.shape[0]
+    res = f32(st).reshape(k, -1).T @ f32(mv).reshape(k, -1)
+    if ins.attrs.get("accumulate"):
+        res = f32(out).reshape(res.shape) + res
+    store(out, res.reshape(out.shape))
+
+
+def _matmul_cost(ins, program, target):
+    st, mv = ins.src["stationary"], ins.src["moving"]
+    fp32 = program.tensor_of(st).dtype == "float32" and not ins.attrs.get("is_stationary_onezero")
+    double = ins.attrs.get("perf_mode") == "double_row" and target.fp8_double_row
+    return cr.seconds(cr.matmul_cycles(_free(mv), fp32=fp32, double_row=double), target, "tensor")
+
+
+register("nc_matmul", engines={"tensor"}, execute=_matmul, cost=_matmul_cost,
+         rules=COMPUTE_RULES + (_matmul_rules,), categories={MATMUL, ACCUMULATE},
+         reads_dst=lambda ins: bool(ins.attrs.get("accumulate")))
+
+
+def _transpose_rules(ins, program, target):
+    data, dst = ins.src["data"], ins.dst["dst"]
+    p, f = partitions(data), _free(data)
+    if partitions(dst) != f or _free(dst) != p:
+        raise fail("transpose-shape", f"the output must be [{f}, {p}] for an input of [{p}, {f}]",
+                   ins, program, "dst")
+    if ins.engine == "tensor":
+        if program.tensor_of(data).buffer != "sbuf":
+            raise fail("transpose-buffer", "a Tensor Engine transpose reads SBUF", ins, program, "data")
+        if program.tensor_of(dst).buffer != "psum":
+            raise fail("transpose-buffer", "a Tensor Engine transpose writes PSUM", ins, program, "dst")
+        if f > target.partitions:
+            raise fail("transpose-size", f"free size {f} exceeds {target.partitions}", ins, program, "data")
+    elif max(p, f) > target.vector_transpose_max:
+        raise fail("transpose-size", f"the Vector Engine transposes at most {target.vector_transpose_max}x"
+                   f"{target.vector_transpose_max}; got [{p}, {f}]", ins, program, "data")
+
+
+def _transpose(ins, src, dst, ctx):
+    """dst[f, p] = data[p, f]: on the Tensor Engine (via the identity, into PSUM) or on the Vector Engine
+    (blocks up to 32x32)."""
+    data = src["data"]
+    out = dst["dst"]
+    store(out, f32(data).reshape(data.shape[0], -1).T.reshape(out.shape))
+
+
+def _transpose_cost(ins, program, target):
+    data = ins.src["data"]
+    if ins.engine == "tensor":
+        return cr.seconds(cr.pe_transpose_cycles(partitions(data), _free(data)), target, "tensor")
+    return cr.seconds(cr.vector_cycles(_free(data)), target, "vector")
+
+
+register("nc_transpose", engines={"tensor", "vector"}, execute=_transpose, cost=_transpose_cost,
+         rules=COMPUTE_RULES + (_transpose_rules,), categories={MATMUL})

@@ -1,0 +1,240 @@
+"""The Program a kernel compiles to: tensors, instructions (opcode, engine, access patterns, attributes,
+source location) and loops. A Program is plain data; it serialises to a versioned JSON file and hashes to
+a stable key.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from simulator.dtypes import as_dtype
+from simulator.errors import SourceLoc
+
+FORMAT = "nkihub-program"
+FORMAT_VERSION = 1
+
+HBM_BUFFERS = frozenset({"hbm", "shared_hbm", "private_hbm"})
+ON_CHIP_BUFFERS = frozenset({"sbuf", "psum"})
+
+
+@dataclass
+class TensorSpec:
+    """A tensor of a Program.
+
+    ``shape`` is logical; for on-chip tensors dim 0 is the partition dim and the storage is
+    ``shape[0]`` partitions of ``prod(shape[1:])`` elements. ``address`` is the byte offset inside each
+    partition, set by allocation (on-chip only). ``data`` holds the bytes of a constant tensor.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    buffer: str
+    kind: str = "internal"        # input | output | internal | constant
+    loc: SourceLoc | None = None
+    address: int | None = None
+    data: bytes | None = None
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return as_dtype(self.dtype)
+
+    @property
+    def on_chip(self) -> bool:
+        return self.buffer in ON_CHIP_BUFFERS
+
+    @property
+    def free_size(self) -> int:
+        """Elements per partition (on-chip tensors)."""
+        return math.prod(self.shape[1:]) if len(self.shape) > 1 else 1
+
+    @property
+    def bytes_per_partition(self) -> int:
+        return self.free_size * self.np_dtype.itemsize
+
+    def to_json(self) -> dict:
+        d = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "buffer": self.buffer,
+             "kind": self.kind, "loc": self.loc.to_json() if self.loc else None, "address": self.address}
+        if self.data is not None:
+            d["data"] = base64.b64encode(self.data).decode()
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TensorSpec":
+        data = base64.b64decode(d["data"]) if d.get("data") is not None else None
+        return cls(d["name"], tuple(d["shape"]), d["dtype"], d["buffer"], d.get("kind", "internal"),
+                   SourceLoc.from_json(d.get("loc")), d.get("address"), data)
+
+
+@dataclass(frozen=True)
+class AccessPattern:
+    """A strided view of a tensor's storage: ``offset`` plus ``(stride, size)`` per dim, in elements.
+
+    For on-chip tensors dims[0] walks partitions (its stride is a multiple of the free size).
+    """
+
+    tensor: str
+    offset: int
+    dims: tuple[tuple[int, int], ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(s for _, s in self.dims)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def extent(self) -> tuple[int, int]:
+        """Lowest and one-past-highest flat element index touched."""
+        lo = hi = self.offset
+        for stride, size in self.dims:
+            if size == 0:
+                return self.offset, self.offset
+            span = stride * (size - 1)
+            if span >= 0:
+                hi += span
+            else:
+                lo += span
+        return lo, hi + 1
+
+    def to_json(self) -> list:
+        return [self.tensor, self.offset, [list(d) for d in self.dims]]
+
+    @classmethod
+    def from_json(cls, d: list) -> "AccessPattern":
+        return cls(d[0], d[1], tuple((int(a), int(b)) for a, b in d[2]))
+
+
+@dataclass
+class Instruction:
+    """One engine instruction. ``dst``/``src`` map operand roles to access patterns; ``attrs`` holds
+    JSON-able scalars (op names, immediates, flags); ``loops`` is the (loop id, iteration) stack it was
+    emitted under, outermost first."""
+
+    opcode: str
+    engine: str
+    dst: dict[str, AccessPattern]
+    src: dict[str, AccessPattern]
+    attrs: dict = field(default_factory=dict)
+    loc: SourceLoc | None = None
+    loops: tuple[tuple[int, int], ...] = ()
+
+    def to_json(self) -> dict:
+        return {"op": self.opcode, "engine": self.engine,
+                "dst": {k: v.to_json() for k, v in self.dst.items()},
+                "src": {k: v.to_json() for k, v in self.src.items()},
+                "attrs": self.attrs, "loc": self.loc.to_json() if self.loc else None,
+                "loops": [list(x) for x in self.loops]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Instruction":
+        return cls(d["op"], d["engine"], {k: AccessPattern.from_json(v) for k, v in d["dst"].items()},
+                   {k: AccessPattern.from_json(v) for k, v in d["src"].items()}, d.get("attrs", {}),
+                   SourceLoc.from_json(d.get("loc")), tuple(tuple(x) for x in d.get("loops", ())))
+
+
+@dataclass(frozen=True)
+class LoopInfo:
+    """A traced loop: ``kind`` is affine, sequential or static; ``trip_count`` iterations."""
+
+    id: int
+    kind: str
+    trip_count: int
+    loc: SourceLoc | None = None
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "kind": self.kind, "trip_count": self.trip_count,
+                "loc": self.loc.to_json() if self.loc else None}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "LoopInfo":
+        return cls(d["id"], d["kind"], d["trip_count"], SourceLoc.from_json(d.get("loc")))
+
+
+@dataclass
+class Program:
+    """A kernel traced for concrete shapes: the unit that is validated, allocated, executed, costed,
+    cached and shipped."""
+
+    name: str
+    tensors: dict[str, TensorSpec] = field(default_factory=dict)
+    instructions: list[Instruction] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    loops: dict[int, LoopInfo] = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    def add_tensor(self, spec: TensorSpec) -> TensorSpec:
+        if spec.name in self.tensors:
+            raise ValueError(f"tensor {spec.name!r} already exists in program {self.name!r}")
+        self.tensors[spec.name] = spec
+        return spec
+
+    # -- serialisation -------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "version": FORMAT_VERSION, "name": self.name,
+                "tensors": [t.to_json() for t in self.tensors.values()],
+                "instructions": [i.to_json() for i in self.instructions],
+                "inputs": self.inputs, "outputs": self.outputs,
+                "loops": [lp.to_json() for lp in self.loops.values()], "meta": self.meta}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Program":
+        if d.get("format") != FORMAT:
+            raise ValueError(f"not an nkihub program file (format {d.get('format')!r})")
+        if d.get("version") != FORMAT_VERSION:
+            raise ValueError(f"program file version {d.get('version')} is not supported "
+                             f"(this nkihub reads version {FORMAT_VERSION}); recompile the kernel")
+        tensors = [TensorSpec.from_json(t) for t in d["tensors"]]
+        return cls(d["name"], {t.name: t for t in tensors},
+                   [Instruction.from_json(i) for i in d["instructions"]], list(d["inputs"]),
+                   list(d["outputs"]), {lp["id"]: LoopInfo.from_json(lp) for lp in d["loops"]},
+                   d.get("meta", {}))
+
+    def dumps(self) -> str:
+        """Canonical JSON text (sorted keys, no spaces): the artifact and the input of ``digest``."""
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def loads(cls, text: str) -> "Program":
+        return cls.from_json(json.loads(text))
+
+    def save(self, path: "str | Path") -> Path:
+        """Write the artifact atomically (temp file then rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".tmp{id(self)}")
+        tmp.write_text(self.dumps())
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: "str | Path") -> "Program":
+        return cls.loads(Path(path).read_text())
+
+    def digest(self) -> str:
+        """sha256 of the canonical JSON: equal programs hash equal across processes and machines."""
+        return hashlib.sha256(self.dumps().encode()).hexdigest()
+
+    # -- helpers --------------------------------------------------------------------------------------
+    def tensor_of(self, ap: AccessPattern) -> TensorSpec:
+        return self.tensors[ap.tensor]
+
+    def summary(self) -> str:
+        """One line: name, instruction count per engine."""
+        counts: dict[str, int] = {}
+        for ins in self.instructions:
+            counts[ins.engine] = counts.get(ins.engine, 0) + 1
+        per = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+        return f"Program {self.name}: {len(self.instructions)} instructions ({per}), {len(self.tensors)} tensors"

@@ -1,0 +1,111 @@
+"""Validation of a Program for a target: every instruction's operand rules, then a dataflow walk that
+finds reads of memory nothing wrote, writes to inputs, outputs left unwritten, and loop-carried
+dependencies inside ``affine_range`` (associative PSUM matmul accumulation excepted).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from simulator.errors import KernelRuleError
+from simulator.isa import ACCUMULATE, opdef
+from simulator.program import AccessPattern, Instruction, Program
+from simulator.rules import fail
+
+HOST = -2        # stamp of elements the host wrote (inputs, constants)
+UNWRITTEN = -1   # stamp of elements nothing wrote yet
+
+
+def check_instruction(ins: Instruction, program: Program, target) -> None:
+    """Run the operand rules of one instruction (raises ``KernelRuleError``)."""
+    row = opdef(ins.opcode)
+    if ins.engine not in row.engines:
+        raise KernelRuleError("engine", f"{ins.opcode} cannot run on the {ins.engine} engine "
+                              f"(it runs on: {', '.join(sorted(row.engines))})", loc=ins.loc)
+    for rule in row.rules:
+        rule(ins, program, target)
+
+
+def _view(stamps: np.ndarray, ap: AccessPattern) -> np.ndarray:
+    item = stamps.itemsize
+    return as_strided(stamps[ap.offset:], shape=ap.shape, strides=tuple(s * item for s, _ in ap.dims),
+                      writeable=True)
+
+
+def validate(program: Program, target, *, rules: bool = True) -> None:
+    """Check every rule; raise the first ``KernelRuleError`` found, pointing at the kernel line.
+
+    ``rules=False`` skips the per-instruction operand rules (already checked at emit time for the same
+    target) and runs only the dataflow checks.
+    """
+    if rules:
+        for ins in program.instructions:
+            check_instruction(ins, program, target)
+    _dataflow(program)
+
+
+def _dataflow(program: Program) -> None:
+    stamps: dict[str, np.ndarray] = {}
+    for name, spec in program.tensors.items():
+        if spec.kind in ("input", "constant"):
+            continue  # never written by the kernel (checked below), always initialised
+        stamps[name] = np.full(spec.size, UNWRITTEN, dtype=np.int32)
+    affine = {lid for lid, lp in program.loops.items() if lp.kind == "affine"}
+    iter_start: dict[tuple[int, int], int] = {}
+    loop_start: dict[int, int] = {}
+    for idx, ins in enumerate(program.instructions):
+        for lid, it in ins.loops:
+            iter_start.setdefault((lid, it), idx)
+            loop_start.setdefault(lid, idx)
+        row = opdef(ins.opcode)
+        reads = list(ins.src.items())
+        accumulating = row.reads_dst(ins)
+        if accumulating:
+            reads += list(ins.dst.items())
+        for role, ap in reads:
+            st = stamps.get(ap.tensor)
+            if st is None:
+                continue
+            view = _view(st, ap)
+            exempt_carry = accumulating and role in ins.dst and ACCUMULATE in row.categories
+            if not (accumulating and role in ins.dst):
+                missing = int(np.count_nonzero(view == UNWRITTEN))
+                if missing:
+                    raise fail("read-uninitialized", f"reads {missing} of {view.size} elements of "
+                               f"'{ap.tensor}' that nothing wrote", ins, program, role, ap)
+            if exempt_carry:
+                continue
+            for lid, it in ins.loops:
+                if lid not in affine or it == 0:
+                    continue
+                lo, hi = loop_start[lid], iter_start[(lid, it)]
+                carried = view[(view >= lo) & (view < hi)]
+                if carried.size:
+                    writer = program.instructions[int(carried.max())]
+                    loop = program.loops[lid]
+                    where = f" (written at {writer.loc})" if writer.loc else ""
+                    at = f" at {loop.loc}" if loop.loc else ""
+                    raise fail("loop-carried-dependency",
+                               f"iteration {it} of the affine_range{at} reads '{ap.tensor}' written by an "
+                               f"earlier iteration{where}; affine_range iterations must be independent: "
+                               "use nl.sequential_range for a loop-carried value (PSUM matmul "
+                               "accumulation is the one exception)", ins, program, role, ap)
+        for role, ap in ins.dst.items():
+            spec = program.tensors[ap.tensor]
+            if spec.kind == "input":
+                raise fail("write-to-input", f"writes kernel input '{ap.tensor}'; inputs are read-only "
+                           "(allocate an output with nl.ndarray(..., buffer=nl.shared_hbm))",
+                           ins, program, role, ap)
+            if spec.kind == "constant":
+                raise fail("write-to-constant", f"writes constant '{ap.tensor}'", ins, program, role, ap)
+            _view(stamps[ap.tensor], ap)[...] = idx
+    for name in program.outputs:
+        st = stamps.get(name)
+        if st is None:
+            continue
+        missing = int(np.count_nonzero(st == UNWRITTEN))
+        if missing:
+            spec = program.tensors[name]
+            raise KernelRuleError("output-not-written", f"output '{name}' has {missing} of {st.size} "
+                                  "elements that the kernel never writes", operand=name, shape=spec.shape,
+                                  dtype=spec.dtype, buffer=spec.buffer, loc=spec.loc)
