@@ -1,0 +1,167 @@
+"""Client side: push a directory as one commit, move refs, download a snapshot and verify it.
+
+Thin wrappers over the official ``huggingface_hub`` client. ``endpoint`` and ``token`` are passed
+explicitly (callers read configuration); ``None`` falls back to huggingface_hub's own defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from filelock import FileLock
+
+from . import paths as P
+from .digest import digest_matches, file_digests
+from .errors import DigestMismatchError, PublishConflictError
+
+
+def hf_api(endpoint: str | None = None, token: str | bool | None = None):
+    from huggingface_hub import HfApi
+
+    return HfApi(endpoint=endpoint, token=token, library_name="nkihub")
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """``commit`` is the head after the push; ``created`` is False when nothing had changed."""
+
+    commit: str
+    created: bool
+    added: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()
+
+
+def local_files(folder: str | os.PathLike) -> dict[str, Path]:
+    """Relative POSIX path -> file, skipping bytecode caches; every path is validated."""
+    folder = Path(folder)
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_dir() or "__pycache__" in p.parts or p.suffix == ".pyc":
+            continue
+        rel = p.relative_to(folder).as_posix()
+        out[P.check_path(rel)] = p
+    return out
+
+
+def remote_files(api, repo_id: str, revision: str, repo_type: str) -> dict[str, str]:
+    """Path -> git blob oid at ``revision`` (one paged recursive tree listing)."""
+    from huggingface_hub.hf_api import RepoFile
+
+    return {
+        f.path: f.blob_id
+        for f in api.list_repo_tree(repo_id, recursive=True, revision=revision, repo_type=repo_type)
+        if isinstance(f, RepoFile)
+    }
+
+
+def push_folder(folder, repo_id: str, *, branch: str = "main", message: str, repo_type: str = "kernel",
+                endpoint: str | None = None, token: str | bool | None = None, base_commit: str | None = None,
+                keep: Iterable[str] = (".gitattributes",)) -> PushResult:
+    """Make ``branch`` hold exactly the files of ``folder`` (plus ``keep``) in at most one commit.
+
+    Files that did not change are not uploaded; remote files absent locally are deleted. When the
+    result would equal the current head no commit is made. ``base_commit`` (default: the head
+    read here) is sent as the parent: if another writer moved the branch meanwhile the Hub refuses
+    the commit and :class:`PublishConflictError` is raised, with nothing written.
+    """
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+    from huggingface_hub.errors import HfHubHTTPError
+
+    P.check_repo_id(repo_id)
+    P.check_revision(branch)
+    api = hf_api(endpoint, token)
+    head = base_commit or api.repo_info(repo_id, repo_type=repo_type, revision=branch).sha
+    remote = remote_files(api, repo_id, head, repo_type)
+    local = local_files(folder)
+    ops, added, deleted = [], [], []
+    for rel, path in local.items():
+        if remote.get(rel) != file_digests(path)[1]:
+            ops.append(CommitOperationAdd(path_in_repo=rel, path_or_fileobj=str(path)))
+            added.append(rel)
+    for rel in sorted(set(remote) - set(local) - set(keep)):
+        ops.append(CommitOperationDelete(path_in_repo=rel))
+        deleted.append(rel)
+    if not ops:
+        return PushResult(head, False)
+    try:
+        info = api.create_commit(repo_id, ops, commit_message=message, repo_type=repo_type, revision=branch,
+                                 parent_commit=head)
+    except HfHubHTTPError as e:
+        if e.response is not None and e.response.status_code in (409, 412):
+            raise PublishConflictError(
+                f"{repo_id}@{branch} moved while publishing (expected parent {head[:12]}); nothing was written. "
+                "Retry to publish on top of the new head."
+            ) from e
+        raise
+    return PushResult(info.oid, info.oid != head, tuple(added), tuple(deleted))
+
+
+def set_branch(repo_id: str, branch: str, commit: str, *, repo_type: str = "kernel",
+               endpoint: str | None = None, token: str | bool | None = None) -> bool:
+    """Point ``branch`` at ``commit`` (create, or delete and re-create). Returns True if it moved."""
+    api = hf_api(endpoint, token)
+    refs = api.list_repo_refs(repo_id, repo_type=repo_type)
+    current = {b.name: b.target_commit for b in refs.branches}.get(branch)
+    if current == commit:
+        return False
+    if current is not None:
+        api.delete_branch(repo_id, branch=branch, repo_type=repo_type)
+    api.create_branch(repo_id, branch=branch, revision=commit, repo_type=repo_type)
+    return True
+
+
+def download_snapshot(repo_id: str, *, revision: str, repo_type: str = "kernel",
+                      allow_patterns: list[str] | None = None, cache_dir: str | os.PathLike | None = None,
+                      endpoint: str | None = None, token: str | bool | None = None,
+                      local_files_only: bool = False) -> Path:
+    """Download (or find in the cache) a snapshot and check every file against its Hub digest.
+
+    A file whose bytes do not hash to the ETag it was stored under is fetched again once; if it
+    still does not match, :class:`DigestMismatchError` names it. Downloads of one repo are
+    serialised by a file lock in the cache, so concurrent processes are safe.
+    """
+    from huggingface_hub import constants, snapshot_download
+
+    P.check_repo_id(repo_id)
+    P.check_revision(revision)
+    cache = Path(cache_dir) if cache_dir is not None else Path(constants.HF_HUB_CACHE)
+    lock_dir = cache / ".nkihub-locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    kwargs = dict(repo_type=repo_type, revision=revision, allow_patterns=allow_patterns, cache_dir=str(cache),
+                  endpoint=endpoint, token=token, ignore_patterns=["*.pyc", "**/__pycache__/**"])
+    with FileLock(str(lock_dir / f"{repo_type}--{repo_id.replace('/', '--')}.lock")):
+        snap = Path(snapshot_download(repo_id, local_files_only=local_files_only, **kwargs))
+        bad = verify_snapshot(snap)
+        if bad and not local_files_only:
+            from huggingface_hub import hf_hub_download
+
+            for rel, *_ in bad:
+                hf_hub_download(repo_id, rel, repo_type=repo_type, revision=snap.name, cache_dir=str(cache),
+                                endpoint=endpoint, token=token, force_download=True)
+            bad = verify_snapshot(snap)
+        if bad:
+            rel, expected, actual, algo = bad[0]
+            raise DigestMismatchError(rel, expected, actual, algo, where=f"{repo_id}@{snap.name[:12]}")
+    return snap
+
+
+def verify_snapshot(snapshot: str | os.PathLike) -> list[tuple[str, str, str, str]]:
+    """Files of a cached snapshot whose content differs from the digest their blob is named after.
+
+    Returns ``[(path, expected, actual, algorithm)]``; empty when all match.
+    """
+    snapshot = Path(snapshot)
+    bad = []
+    for p in sorted(snapshot.rglob("*")):
+        if not p.is_symlink() and not p.is_file():
+            continue
+        if p.is_dir() or "__pycache__" in p.parts:
+            continue
+        blob = p.resolve()
+        ok, algo, actual = digest_matches(blob, blob.name)
+        if not ok:
+            bad.append((p.relative_to(snapshot).as_posix(), blob.name, actual, algo))
+    return bad

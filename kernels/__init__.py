@@ -1,0 +1,51 @@
+"""nkihub kernels: load kernels from a Hub (Hugging Face kernels names), publish them, lock them.
+
+``kernels.publish`` is the publishing module; its function is exported as ``publish_kernel``.
+Imports are lazy: ``import kernels`` loads neither torch, huggingface_hub, ``nki`` nor
+``simulator``; each name below is imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# ---- Hub: loading, publishing, locking (kernels.loading / publish / lockfile / trust / variants) ----
+_HUB_EXPORTS = {
+    "get": "loading",
+    "get_kernel": "loading",
+    "has_kernel": "loading",
+    "get_local_kernel": "loading",
+    "install_kernel": "loading",
+    "load_kernel": "loading",
+    "get_locked_kernel": "loading",
+    "KernelDigestError": "loading",
+    "LoadedKernel": "loading",
+    "publish_kernel": "publish:publish",
+    "PublishError": "publish",
+    "PublishResult": "publish",
+    "UntrustedKernelError": "trust",
+    "NoCompatibleVariantError": "variants",
+    "VariantSelection": "variants",
+    "select_variant": "variants",
+    "lock_kernels": "lockfile",
+}
+
+# ---- Layers and torch ops (owned by the kernel-library / layers work): add entries here ----
+_LAYER_EXPORTS: dict[str, str] = {}
+
+_EXPORTS = {**_HUB_EXPORTS, **_LAYER_EXPORTS}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kernels' has no attribute {name!r}")
+    module, _, attr = module.partition(":")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), attr or name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

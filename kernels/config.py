@@ -1,0 +1,69 @@
+"""Configuration of the kernels package, read from the environment when asked, never at import.
+
+Environment variables:
+
+- ``HF_ENDPOINT``: the Hub to talk to (default: huggingface_hub's default).
+- ``HF_TOKEN``: the token for writes (default: huggingface_hub's stored token).
+- ``HF_HUB_OFFLINE``: ``1`` to work only from the cache.
+- ``KERNELS_CACHE``: cache directory for kernel downloads (default: the Hugging Face hub cache).
+- ``LOCAL_KERNELS``: ``repo_id=path:repo_id2=path2`` overrides, as Hugging Face kernels reads it.
+- ``KERNELS_TRUSTED_PUBLISHERS``: comma-separated namespaces trusted without
+  ``trust_remote_code`` (default ``neuron``).
+- ``NKIHUB_DEBUG``: ``1`` makes the CLI print tracebacks.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULT_TRUSTED_PUBLISHERS = ("neuron",)
+_TRUE = {"1", "on", "yes", "true"}
+
+
+def endpoint(explicit: str | None = None) -> str | None:
+    """The Hub URL without a trailing slash, or None for huggingface_hub's default."""
+    value = explicit or os.environ.get("HF_ENDPOINT")
+    return value.rstrip("/") if value else None
+
+
+def token(explicit: str | bool | None = None) -> str | bool | None:
+    if explicit is not None:
+        return explicit
+    return os.environ.get("HF_TOKEN") or None
+
+
+def offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
+
+
+def cache_dir() -> Path | None:
+    value = os.environ.get("KERNELS_CACHE")
+    return Path(value) if value else None
+
+
+def trusted_publishers(explicit=None) -> tuple[str, ...]:
+    if explicit is not None:
+        return tuple(explicit)
+    value = os.environ.get("KERNELS_TRUSTED_PUBLISHERS")
+    if value is None:
+        return DEFAULT_TRUSTED_PUBLISHERS
+    return tuple(p.strip() for p in value.split(",") if p.strip())
+
+
+def local_kernels() -> dict[str, Path]:
+    """Parse ``LOCAL_KERNELS`` (``repo_id=path`` entries joined by ``:``)."""
+    value = os.environ.get("LOCAL_KERNELS")
+    if not value:
+        return {}
+    out = {}
+    for entry in value.split(":"):
+        if "=" not in entry:
+            raise ValueError(f"Invalid LOCAL_KERNELS entry: {entry!r}. Expected format: repo_id_1=path_1:repo_id_2=path_2")
+        repo_id, path = entry.split("=", 1)
+        out[repo_id] = Path(path)
+    return out
+
+
+def debug() -> bool:
+    return os.environ.get("NKIHUB_DEBUG", "").strip().lower() in _TRUE
