@@ -1,0 +1,1 @@
+"""The ``kernels`` command: one module per subcommand, each with ``add_parser`` and ``run``."""
