@@ -1,0 +1,71 @@
+"""Small helpers shared by the kernel-library packages (``kernels.library.<name>``).
+
+Validation raises ``ValueError`` naming the offending argument *before* any kernel is traced or
+simulated; ``rows`` / ``unrows`` fold leading batch dims into one row axis (rows go on SBUF partitions);
+``run`` calls a ``@nki.jit`` kernel on CPU torch tensors and returns torch tensors.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+SUPPORTED_DTYPES = (torch.bfloat16, torch.float32)
+
+
+def check_tensor(name: str, t, *, ndim: int | None = None, min_ndim: int = 1,
+                 dtypes=SUPPORTED_DTYPES) -> None:
+    """Raise ValueError unless ``t`` is a non-empty torch tensor of a supported dtype and rank."""
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"'{name}' must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise ValueError(f"'{name}' has dtype {str(t.dtype).replace('torch.', '')}; supported: {allowed}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"'{name}' must have {ndim} dims, got shape {tuple(t.shape)}")
+    if t.dim() < min_ndim:
+        raise ValueError(f"'{name}' must have at least {min_ndim} dims, got shape {tuple(t.shape)}")
+    if t.numel() == 0:
+        raise ValueError(f"'{name}' is empty (shape {tuple(t.shape)})")
+
+
+def check_shape(name: str, t: torch.Tensor, shape: tuple) -> None:
+    """Raise ValueError unless ``t.shape == shape``."""
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(f"'{name}' must have shape {tuple(shape)}, got {tuple(t.shape)}")
+
+
+def check_same_dtype(reference: str, ref: torch.Tensor, **others) -> None:
+    """Raise ValueError naming the first tensor in ``others`` whose dtype differs from ``ref``'s."""
+    for name, t in others.items():
+        if t.dtype != ref.dtype:
+            raise ValueError(f"'{name}' has dtype {str(t.dtype).replace('torch.', '')} but '{reference}' is "
+                             f"{str(ref.dtype).replace('torch.', '')}; pass tensors of one dtype")
+
+
+def check_eps(name: str, eps) -> float:
+    """A positive finite float, else ValueError."""
+    try:
+        value = float(eps)
+    except (TypeError, ValueError):
+        raise ValueError(f"'{name}' must be a number, got {eps!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"'{name}' must be positive and finite, got {eps!r}")
+    return value
+
+
+def rows(x: torch.Tensor) -> torch.Tensor:
+    """``x`` [..., F] as a contiguous CPU [rows, F] tensor (leading dims folded into rows)."""
+    return x.detach().reshape(-1, x.shape[-1]).contiguous().cpu()
+
+
+def unrows(y: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Undo :func:`rows`: ``y`` [rows, F'] back to ``like``'s leading dims, on ``like``'s device."""
+    return y.reshape(*like.shape[:-1], y.shape[-1]).to(like.device)
+
+
+def run(kernel, *args, **kwargs):
+    """Run a ``@nki.jit`` kernel on the simulator with CPU torch tensors (made contiguous); returns torch
+    tensors (one, or a tuple). The compiled Program is cached per signature, so repeated calls replay."""
+    args = tuple(a.detach().contiguous().cpu() if isinstance(a, torch.Tensor) else a for a in args)
+    return kernel(*args, **kwargs)
