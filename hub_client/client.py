@@ -101,16 +101,40 @@ def push_folder(folder, repo_id: str, *, branch: str = "main", message: str, rep
 
 def set_branch(repo_id: str, branch: str, commit: str, *, repo_type: str = "kernel",
                endpoint: str | None = None, token: str | bool | None = None) -> bool:
-    """Point ``branch`` at ``commit`` (create, or delete and re-create). Returns True if it moved."""
+    """Point ``branch`` at ``commit``: create it, or move it forward. Returns True if it moved.
+
+    The Hub API has no atomic "update ref", so a move is delete + create; it is retried when a
+    concurrent writer got in between, and a branch is never moved to an ancestor of where it is
+    (the later of two racing publishers keeps the branch).
+    """
+    from huggingface_hub.errors import HfHubHTTPError
+
     api = hf_api(endpoint, token)
-    refs = api.list_repo_refs(repo_id, repo_type=repo_type)
-    current = {b.name: b.target_commit for b in refs.branches}.get(branch)
-    if current == commit:
-        return False
-    if current is not None:
-        api.delete_branch(repo_id, branch=branch, repo_type=repo_type)
-    api.create_branch(repo_id, branch=branch, revision=commit, repo_type=repo_type)
-    return True
+    history = None
+    for _ in range(5):
+        refs = api.list_repo_refs(repo_id, repo_type=repo_type)
+        current = {b.name: b.target_commit for b in refs.branches}.get(branch)
+        if current == commit:
+            return False
+        if current is not None:
+            if history is None:
+                history = {c.commit_id for c in api.list_repo_commits(repo_id, repo_type=repo_type, revision=commit)}
+            if current not in history:
+                newer = {c.commit_id for c in api.list_repo_commits(repo_id, repo_type=repo_type, revision=current)}
+                if commit in newer:
+                    return False  # the branch already moved past us
+            try:
+                api.delete_branch(repo_id, branch=branch, repo_type=repo_type)
+            except HfHubHTTPError as e:
+                if e.response is None or e.response.status_code != 404:
+                    raise
+        try:
+            api.create_branch(repo_id, branch=branch, revision=commit, repo_type=repo_type)
+            return True
+        except HfHubHTTPError as e:
+            if e.response is None or e.response.status_code != 409:
+                raise
+    raise PublishConflictError(f"could not point {repo_id}@{branch} at {commit[:12]}: concurrent writers kept moving it")
 
 
 def download_snapshot(repo_id: str, *, revision: str, repo_type: str = "kernel",

@@ -24,3 +24,26 @@ def kernels_env(hub, tmp_path, monkeypatch):
     for var in ("HF_HUB_OFFLINE", "LOCAL_KERNELS", "KERNELS_TRUSTED_PUBLISHERS", "HF_TOKEN"):
         monkeypatch.delenv(var, raising=False)
     return hub
+
+
+@pytest.fixture
+def make_kernel(tmp_path):
+    """Copy the toy kernel source package (tests/kernels/fixtures/toy_kernel) with a given version and factor."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    source = Path(__file__).parent / "kernels" / "fixtures" / "toy_kernel"
+    counter = iter(range(10_000))
+
+    def make(version: str = "1.0.0", factor: float = 2.0) -> Path:
+        dest = tmp_path / f"pkg{next(counter)}" / "toy_kernel"
+        shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__"))
+        spec = json.loads((dest / "kernel.json").read_text())
+        spec["version"] = version
+        (dest / "kernel.json").write_text(json.dumps(spec, indent=2))
+        ops = (dest / "ops.py").read_text().replace("factor: float = 2.0", f"factor: float = {factor}")
+        (dest / "ops.py").write_text(ops)
+        return dest
+
+    return make
