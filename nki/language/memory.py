@@ -6,6 +6,7 @@ import numpy as np
 from nki import isa as nisa
 from nki import tracing
 from nki.dtypes import dtype_of
+from nki.ops import nki_op
 from nki.tensor import NkiTensor
 from simulator.errors import KernelRuleError
 from simulator.targets import get_target
@@ -160,6 +161,7 @@ def store(dst, value) -> None:
     _assign(dst, value)
 
 
+@nki_op("copy")  # nisa.activation(op=nl.copy, ...) is the identity activation, as in AWS NKI
 def copy(x, dtype=None) -> NkiTensor:
     """A copy of tile ``x`` in a new SBUF tile (cast to ``dtype`` if given)."""
     t = ndarray(x.shape, dtype or x.dtype, buffer=sbuf, name="copy")
