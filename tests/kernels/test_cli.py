@@ -1,0 +1,66 @@
+"""The ``kernels`` command: thin subcommands, one-line errors, non-zero exits."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernels.cli.main import main
+
+REPO = "neuron/toy-kernel"
+
+
+def test_publish_versions_info_verify(kernels_env, make_kernel, capsys):
+    assert main(["publish", str(make_kernel("1.0.0")), "--repo-id", REPO]) == 0
+    assert "published" in capsys.readouterr().out
+    assert main(["publish", str(make_kernel("1.0.0")), "--repo-id", REPO]) == 0
+    assert "unchanged (no new commit)" in capsys.readouterr().out
+    assert main(["publish", str(make_kernel("2.0.0", 3.0))]) == 0  # repo id defaults to neuron/<name>
+    assert main(["versions", REPO]) == 0
+    out = capsys.readouterr().out
+    assert "v1:" in out and "v1.0.0" in out and "v2:" in out and "(latest)" in out
+    assert main(["info", REPO, "--version", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "torch-cpu" in out and "chosen" in out and "torch-neuron" in out and "rejected" in out
+    assert main(["verify", REPO]) == 0
+    assert "verified" in capsys.readouterr().out
+
+
+def test_verify_fails_on_a_bad_digest(kernels_env, make_kernel, capsys):
+    from huggingface_hub import HfApi
+
+    main(["publish", str(make_kernel()), "--repo-id", REPO])
+    HfApi(endpoint=kernels_env.url, token=False).upload_file(
+        path_or_fileobj=b"x = 1\n", path_in_repo="build/torch-neuron/toy_kernel/ops.py", repo_id=REPO,
+        repo_type="kernel", commit_message="break", revision="v1")
+    assert main(["verify", REPO, "--version", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "torch-neuron: 1 mismatch" in out and "FAILED" in out
+
+
+def test_errors_are_one_line_with_a_debug_hint(kernels_env, capsys, monkeypatch):
+    assert main(["versions", "neuron/nope"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("kernels versions: error:") and "NKIHUB_DEBUG=1" in err[1] and len(err) == 2
+    assert main(["publish", "/nonexistent/dir"]) == 1
+    assert "has no kernel.json" in capsys.readouterr().err
+    monkeypatch.setenv("NKIHUB_DEBUG", "1")
+    with pytest.raises(Exception):
+        main(["versions", "neuron/nope"])
+
+
+def test_lock_and_download(kernels_env, make_kernel, tmp_path, capsys):
+    main(["publish", str(make_kernel()), "--repo-id", REPO])
+    (tmp_path / "pyproject.toml").write_text(f'[tool.kernels.dependencies]\n"{REPO}" = 1\n')
+    assert main(["lock", str(tmp_path)]) == 0
+    assert (tmp_path / "kernels.lock").is_file()
+    assert main(["download", str(tmp_path), "--all-variants"]) == 0
+    assert capsys.readouterr().out.strip().endswith("build")
+
+
+def test_benchmark_without_benchmark_py_says_so(kernels_env, make_kernel, capsys):
+    pkg = make_kernel()
+    assert main(["benchmark", str(pkg)]) == 0
+    assert "ships no benchmark.py" in capsys.readouterr().out
+    (pkg / "benchmark.py").write_text("def main():\n    print('bench ran')\n    return 0\n")
+    assert main(["benchmark", str(pkg)]) == 0
+    assert "bench ran" in capsys.readouterr().out
