@@ -34,7 +34,8 @@ class CompiledKernel:
     def executor(self) -> Executor:
         with self._lock:
             if self._executor is None:
-                self._executor = Executor(self.program, self.target)
+                # checked: _trace ran the dataflow checks, so pooled buffers need no NaN refill.
+                self._executor = Executor(self.program, self.target, checked=True)
             return self._executor
 
 

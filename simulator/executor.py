@@ -1,11 +1,20 @@
 """The numpy executor: runs a Program instruction by instruction with the hardware's numerics.
 
-Every tensor is a flat numpy buffer of its dtype; new buffers start as NaN (integers at their maximum),
-so reading memory nothing wrote shows up. Operands are strided views of those buffers. The plan of
-views is built once per Program and replayed on every call.
+Every tensor is a flat numpy buffer of its dtype; new buffers start as NaN (integers at their maximum,
+dtypes without NaN at their largest value), so reading memory nothing wrote shows up. Operands are
+strided views of those buffers.
+
+Speed: the views of internal tensors are bound once per workspace (a set of buffers) and workspaces are
+pooled, so a replayed call builds views only for its inputs and outputs and touches no fresh pages.
+A reused workspace is refilled with NaN before each run, unless the Program passed the validator's
+dataflow checks (``checked=True``): then no instruction reads an element before the same run wrote it,
+so the stale contents are never observed and the refill is skipped.
 """
 from __future__ import annotations
 
+import threading
+
+import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -15,30 +24,72 @@ from simulator.program import Program
 from simulator.targets import get_target
 
 
-def _fill_value(dtype: np.dtype):
-    if dtype.kind == "f" or dtype.name.startswith(("bfloat", "float")):
-        return np.nan
+def fill_value(dtype: np.dtype):
+    """What a fresh buffer of ``dtype`` holds: NaN, else the largest value (integers, fp4)."""
     if dtype.kind == "b":
         return True
-    return np.iinfo(dtype).max
+    if dtype.kind in "iu":
+        return np.iinfo(dtype).max
+    if np.isnan(np.array(np.nan, dtype=dtype).astype(np.float32)):
+        return np.nan
+    return ml_dtypes.finfo(dtype).max
+
+
+class _Workspace:
+    """Buffers of the internal tensors of one Program and the operand views bound to them."""
+
+    def __init__(self, ex: "Executor"):
+        self.bufs = {i: np.full(ex._specs[i].size, ex._fills[i], dtype=ex._dtypes[i]) for i in ex._internal}
+        self.plan = []
+        for execute, ins, srcs, dsts in ex._ops:
+            self.plan.append((execute, ins, self._bind(srcs, False), self._bind(dsts, True)))
+
+    def _bind(self, operands, writeable):
+        fixed, lazy = {}, []
+        for op in operands:
+            role, i, o, shape, strides = op
+            if i in self.bufs:
+                fixed[role] = as_strided(self.bufs[i][o:], shape, strides, writeable=writeable)
+            else:
+                lazy.append(op)
+        return fixed, tuple(lazy)
+
+    def refill(self, ex: "Executor") -> None:
+        for i, buf in self.bufs.items():
+            buf.fill(ex._fills[i])
 
 
 class Executor:
-    """Runs one Program. Build once, call :meth:`run` many times (thread-safe)."""
+    """Runs one Program. Build once, call :meth:`run` many times (thread-safe).
 
-    def __init__(self, program: Program, target=None):
+    ``checked``: the Program passed ``simulator.validate`` (no read of unwritten memory), so pooled
+    buffers need no NaN refill between runs.
+    """
+
+    def __init__(self, program: Program, target=None, *, checked: bool = False):
         self.program = program
         self.target = get_target(target or program.meta.get("target"))
+        self.checked = checked
         names = list(program.tensors)
         self._index = {n: i for i, n in enumerate(names)}
         self._specs = [program.tensors[n] for n in names]
         self._dtypes = [s.np_dtype for s in self._specs]
-        self._plan = []
+        self._fills = [fill_value(dt) for dt in self._dtypes]
+        self._outputs = [self._index[n] for n in program.outputs]
+        self._internal = [i for i, s in enumerate(self._specs)
+                          if s.kind not in ("input", "constant") and i not in self._outputs]
+        self._ops = []
+        written = set()
         for ins in program.instructions:
             row = opdef(ins.opcode)
-            self._plan.append((row.execute, ins, self._views_of(ins.src), self._views_of(ins.dst)))
+            self._ops.append((row.execute, ins, self._operands(ins.src), self._operands(ins.dst)))
+            written.update(self._index[ap.tensor] for ap in ins.dst.values())
+        # Inputs are used in place (no copy) unless an unchecked Program writes one.
+        self._copy_inputs = any(self._specs[i].kind in ("input", "constant") for i in written)
+        self._pool: list[_Workspace] = []
+        self._lock = threading.Lock()
 
-    def _views_of(self, aps: dict):
+    def _operands(self, aps: dict):
         out = []
         for role, ap in aps.items():
             i = self._index[ap.tensor]
@@ -46,22 +97,33 @@ class Executor:
             out.append((role, i, ap.offset, ap.shape, tuple(s * item for s, _ in ap.dims)))
         return tuple(out)
 
-    def _buffers(self, inputs) -> list[np.ndarray]:
-        bufs = []
-        prog = self.program
-        by_name = dict(zip(prog.inputs, inputs))
-        for spec, dt in zip(self._specs, self._dtypes):
+    def _outer_buffers(self, inputs) -> dict[int, np.ndarray]:
+        """Buffers of inputs, constants and outputs for one run (outputs fresh: they are returned)."""
+        bufs = {}
+        by_name = dict(zip(self.program.inputs, inputs))
+        for i, (spec, dt) in enumerate(zip(self._specs, self._dtypes)):
             if spec.kind == "input":
                 arr = np.asarray(by_name[spec.name])
                 if tuple(arr.shape) != tuple(spec.shape):
                     raise ValueError(f"input '{spec.name}' has shape {tuple(arr.shape)}, the program was "
                                      f"compiled for {tuple(spec.shape)}")
-                bufs.append(np.ascontiguousarray(arr, dtype=dt).reshape(-1))
+                flat = np.ascontiguousarray(arr, dtype=dt).reshape(-1)
+                bufs[i] = flat.copy() if self._copy_inputs else flat
             elif spec.kind == "constant":
-                bufs.append(np.frombuffer(spec.data, dtype=dt).copy())
-            else:
-                bufs.append(np.full(spec.size, _fill_value(dt), dtype=dt))
+                bufs[i] = np.frombuffer(spec.data, dtype=dt).copy()
+        for i in self._outputs:
+            if i not in bufs:
+                bufs[i] = np.full(self._specs[i].size, self._fills[i], dtype=self._dtypes[i])
         return bufs
+
+    def _take(self) -> _Workspace:
+        with self._lock:
+            ws = self._pool.pop() if self._pool else None
+        if ws is None:
+            return _Workspace(self)
+        if not self.checked:
+            ws.refill(self)
+        return ws
 
     def run(self, inputs, *, echo_prints: bool = True, ctx: ExecContext | None = None) -> list[np.ndarray]:
         """Run with ``inputs`` (arrays in the Program's input order); return the outputs as numpy arrays
@@ -70,18 +132,29 @@ class Executor:
             raise ValueError(f"{self.program.name} takes {len(self.program.inputs)} tensor inputs, got "
                              f"{len(inputs)}")
         ctx = ctx or ExecContext(self.target, echo=echo_prints)
-        bufs = self._buffers(inputs)
-        for execute, ins, srcs, dsts in self._plan:
-            src = {r: as_strided(bufs[i][o:], shape, strides, writeable=False) for r, i, o, shape, strides in srcs}
-            dst = {r: as_strided(bufs[i][o:], shape, strides) for r, i, o, shape, strides in dsts}
-            try:
-                execute(ins, src, dst, ctx)
-            except NkiError:
-                raise
-            except Exception as exc:  # a simulator defect or an unchecked rule: say where
-                raise SimulationError(f"{ins.opcode} failed in the simulator: {exc}", loc=ins.loc) from exc
+        outer = self._outer_buffers(inputs)
+        ws = self._take()
+        try:
+            for execute, ins, (src, src_lazy), (dst, dst_lazy) in ws.plan:
+                if src_lazy:
+                    src = dict(src)
+                    for r, i, o, shape, strides in src_lazy:
+                        src[r] = as_strided(outer[i][o:], shape, strides, writeable=False)
+                if dst_lazy:
+                    dst = dict(dst)
+                    for r, i, o, shape, strides in dst_lazy:
+                        dst[r] = as_strided(outer[i][o:], shape, strides)
+                try:
+                    execute(ins, src, dst, ctx)
+                except NkiError:
+                    raise
+                except Exception as exc:  # a simulator defect or an unchecked rule: say where
+                    raise SimulationError(f"{ins.opcode} failed in the simulator: {exc}", loc=ins.loc) from exc
+        finally:
+            with self._lock:
+                self._pool.append(ws)
         self.last_context = ctx
-        return [bufs[self._index[n]].reshape(self.program.tensors[n].shape).copy() for n in self.program.outputs]
+        return [outer[i].reshape(self._specs[i].shape) for i in self._outputs]
 
 
 def run_program(program: Program, inputs, target=None) -> list[np.ndarray]:

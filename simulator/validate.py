@@ -68,11 +68,12 @@ def _dataflow(program: Program) -> None:
                 continue
             view = _view(st, ap)
             exempt_carry = accumulating and role in ins.dst and ACCUMULATE in row.categories
-            if not (accumulating and role in ins.dst):
-                missing = int(np.count_nonzero(view == UNWRITTEN))
-                if missing:
-                    raise fail("read-uninitialized", f"reads {missing} of {view.size} elements of "
-                               f"'{ap.tensor}' that nothing wrote", ins, program, role, ap)
+            # An accumulating destination is read too: accumulating onto memory nothing wrote would add
+            # whatever the buffer held (NaN here, stale data on the hardware).
+            missing = int(np.count_nonzero(view == UNWRITTEN))
+            if missing:
+                raise fail("read-uninitialized", f"reads {missing} of {view.size} elements of "
+                           f"'{ap.tensor}' that nothing wrote", ins, program, role, ap)
             if exempt_carry:
                 continue
             for lid, it in ins.loops:
