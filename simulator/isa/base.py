@@ -58,11 +58,16 @@ class OpDef:
 OPS: dict[str, OpDef] = {}
 
 
-def register(opcode: str, *, engines, execute, cost, rules=(), categories=(), reads_dst=None,
+def register(opcode: str, *, engines, execute, cost, rules=None, categories=(), reads_dst=None,
              doc: str | None = None) -> OpDef:
-    """Add a row to the instruction table (``doc`` defaults to ``execute``'s docstring)."""
+    """Add a row to the instruction table (``doc`` defaults to ``execute``'s docstring).
+
+    ``rules`` must be stated, ``()`` when no operand rule applies, so no row silently skips validation.
+    """
     if opcode in OPS:
         raise ValueError(f"instruction {opcode!r} is defined twice")
+    if rules is None:
+        raise ValueError(f"instruction {opcode!r}: state its operand rules (rules=() if none apply)")
     row = OpDef(opcode, frozenset(engines), (doc or execute.__doc__ or "").strip(), execute, cost,
                 tuple(rules), frozenset(categories), reads_dst or (lambda ins: False))
     OPS[opcode] = row

@@ -17,4 +17,5 @@ def _device_print(ins, src, dst, ctx):
 
 
 register("device_print", engines={"vector", "dma"}, execute=_device_print,
-         cost=lambda ins, p, t: cr.seconds(cr.MIN_II_CYCLES, t, "vector"), categories={DEBUG})
+         cost=lambda ins, p, t: cr.seconds(cr.MIN_II_CYCLES, t, "vector"), categories={DEBUG},
+         rules=())  # prints any tensor, HBM included: no operand rule applies
