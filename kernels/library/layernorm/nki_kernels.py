@@ -1,0 +1,66 @@
+"""NKI kernels of neuron/layernorm: layer normalisation over the last dim, rows on partitions."""
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+def load_row_vector(vec, rows, dtype=nl.float32):
+    """A [rows, F] SBUF tile holding the HBM vector ``vec`` [F] on every partition (one DMA with a zero
+    partition stride); used for weights and biases that act along the free dim."""
+    f = vec.shape[0]
+    return nl.broadcast_to(vec.reshape((1, f)), (rows, f), dtype=dtype)
+
+
+def row_stats(x_tile, rows):
+    """(mean, variance) columns [rows, 1] of an SBUF tile x_tile [rows, F] with bn_stats on chunks of at most
+    bn_stats_fmax elements (the instruction's limit) and one bn_aggr."""
+    f = x_tile.shape[1]
+    chunk = nl.tile_size.bn_stats_fmax
+    n_chunks = (f + chunk - 1) // chunk
+    stats = nl.ndarray((rows, 6 * n_chunks), dtype=nl.float32, buffer=nl.sbuf)
+    for c in nl.affine_range(n_chunks):
+        lo = c * chunk
+        hi = min(f, lo + chunk)
+        nisa.bn_stats(dst=stats[:rows, 6 * c:6 * (c + 1)], data=x_tile[:rows, lo:hi])
+    mv = nl.ndarray((rows, 2), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.bn_aggr(dst=mv, data=stats)
+    return mv
+
+
+def normalize_tile(x_tile, rows, eps, w_tile, b_tile, out_dtype):
+    """LayerNorm of an SBUF tile x_tile [rows, F]: statistics on the Vector Engine, the normalisation
+    (x - mean) * rstd on the Scalar Engine (scale and bias are free there), the affine part on the
+    Vector Engine. Returns a new SBUF tile [rows, F] of ``out_dtype``."""
+    f = x_tile.shape[1]
+    mv = row_stats(x_tile, rows)
+    # rstd = (var + eps) ** -0.5 and nbias = -mean * rstd, both [rows, 1]
+    rstd = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=rstd, data=mv[:rows, 1:2], op0=nl.add, operand0=eps, op1=nl.power, operand1=-0.5)
+    nbias = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=nbias, data=mv[:rows, 0:1], op0=nl.multiply, operand0=rstd, op1=nl.multiply,
+                       operand1=-1.0)
+    xn = nl.ndarray((rows, f), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation(dst=xn, op=nl.copy, data=x_tile, bias=nbias, scale=rstd)
+    y = nl.ndarray((rows, f), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=y, data1=xn, data2=w_tile[:rows], op=nl.multiply)
+    out = nl.ndarray((rows, f), dtype=out_dtype, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=out, data1=y, data2=b_tile[:rows], op=nl.add)
+    return out
+
+
+@nki.jit
+def layer_norm_kernel(x, weight, bias, eps):
+    """LayerNorm over the last dim. x [R, F] (bf16/fp32, HBM), weight/bias [F]; returns [R, F] in x's dtype.
+    128 rows per tile on partitions; weight and bias are loaded once (broadcast to all partitions)."""
+    r, f = x.shape
+    out = nl.ndarray((r, f), dtype=x.dtype, buffer=nl.shared_hbm)
+    p = nl.tile_size.pmax
+    w_tile = load_row_vector(weight, min(p, r))
+    b_tile = load_row_vector(bias, min(p, r))
+    for t in nl.affine_range((r + p - 1) // p):
+        rows = min(p, r - t * p)
+        x_tile = nl.ndarray((rows, f), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x_tile, src=x[t * p:t * p + rows, :])
+        y = normalize_tile(x_tile, rows, eps, w_tile, b_tile, x.dtype)
+        nisa.dma_copy(dst=out[t * p:t * p + rows, :], src=y)
+    return out
