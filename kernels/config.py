@@ -10,6 +10,8 @@ Environment variables:
 - ``KERNELS_TRUSTED_PUBLISHERS``: comma-separated namespaces trusted without
   ``trust_remote_code`` (default ``neuron``).
 - ``NKIHUB_DEBUG``: ``1`` makes the CLI print tracebacks.
+- ``NKIHUB_SIM_THREADS``: BLAS and torch threads while the simulator runs inside a torch op
+  (default 1; ``0`` leaves thread pools alone).
 """
 
 from __future__ import annotations
@@ -67,3 +69,17 @@ def local_kernels() -> dict[str, Path]:
 
 def debug() -> bool:
     return os.environ.get("NKIHUB_DEBUG", "").strip().lower() in _TRUE
+
+
+def sim_threads() -> int:
+    """Threads allowed to BLAS and torch while a simulated kernel runs inside a torch op (0: don't pin)."""
+    value = os.environ.get("NKIHUB_SIM_THREADS", "").strip()
+    if not value:
+        return 1
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"NKIHUB_SIM_THREADS must be a non-negative integer, got {value!r}") from None
+    if n < 0:
+        raise ValueError(f"NKIHUB_SIM_THREADS must be a non-negative integer, got {value!r}")
+    return n
