@@ -67,5 +67,7 @@ def unrows(y: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 def run(kernel, *args, **kwargs):
     """Run a ``@nki.jit`` kernel on the simulator with CPU torch tensors (made contiguous); returns torch
     tensors (one, or a tuple). The compiled Program is cached per signature, so repeated calls replay."""
-    args = tuple(a.detach().contiguous().cpu() if isinstance(a, torch.Tensor) else a for a in args)
-    return kernel(*args, **kwargs)
+    from kernels.torch_ops import launch  # routes to the simulator or, inside a Neuron op, the device
+
+    args = tuple(a.detach().contiguous() if isinstance(a, torch.Tensor) else a for a in args)
+    return launch(kernel, *args, **kwargs)
