@@ -353,8 +353,6 @@ def has_kernel(repo_id: str, *, revision: str | None = None, version=None, backe
                trust_remote_code: bool | list[str] = False, check_arch: bool = True,
                endpoint: str | None = None) -> bool:
     """True if the repo has a variant for this machine (checks refs and the tree, downloads nothing)."""
-    from huggingface_hub import HfApi  # noqa: F401  (keeps the import error, if any, here)
-
     ref = _select_ref(repo_id, version, revision, endpoint, config.offline(), True)
     if config.offline():
         commit = _cached_commit(repo_id, ref)

@@ -53,7 +53,10 @@ class KernelLock:
 
 def read_dependencies(project_dir: str | Path) -> dict:
     """``[tool.kernels.dependencies]`` of ``project_dir/pyproject.toml``: repo id -> version or revision."""
-    import tomllib
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
 
     path = Path(project_dir) / "pyproject.toml"
     with open(path, "rb") as f:

@@ -64,3 +64,31 @@ def test_benchmark_without_benchmark_py_says_so(kernels_env, make_kernel, capsys
     (pkg / "benchmark.py").write_text("def main():\n    print('bench ran')\n    return 0\n")
     assert main(["benchmark", str(pkg)]) == 0
     assert "bench ran" in capsys.readouterr().out
+
+
+def test_serve_runs_a_hub_that_huggingface_hub_can_use(tmp_path):
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from huggingface_hub import HfApi
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "kernels.cli.main", "serve", "--root", str(tmp_path / "root"),
+                             "--port", str(port), "--token", "t0k"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        api = HfApi(endpoint=f"http://127.0.0.1:{port}", token="t0k")
+        for _ in range(200):
+            try:
+                api.create_repo("neuron/served", repo_type="kernel")
+                break
+            except Exception:
+                time.sleep(0.05)
+        assert api.repo_exists("neuron/served", repo_type="kernel")
+        assert (tmp_path / "root" / "repos" / "kernel" / "neuron" / "served" / "refs.json").is_file()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
