@@ -12,4 +12,6 @@ LIBRARY: dict[str, str] = {
     "neuron/softmax": "kernels.library.softmax",
     "neuron/gelu-mlp": "kernels.library.gelu_mlp",
     "neuron/vit-block": "kernels.library.vit_block",
+    "neuron/vit-attn": "kernels.library.vit_attn",
+    "neuron/flash-attn": "kernels.library.flash_attn",
 }
