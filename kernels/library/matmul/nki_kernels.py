@@ -63,43 +63,52 @@ def copy_psum(dst, src, engine_index):
         nisa.activation(dst=dst, op=nl.copy, data=src)
 
 
+def transpose_into(a_t, src, rows, col0, tiles, counter=0):
+    """Transpose SBUF src [rows <= 128, F] on the Tensor Engine into a_t [128, n_tiles, C] at columns
+    col0:col0+rows. ``tiles`` lists (index into a_t's middle dim, kw, column slice of src); up to four
+    transposes fill one PSUM bank before one copy moves them out. Returns the updated copy counter
+    (alternates the evacuation engine)."""
+    c0 = 0
+    while c0 < len(tiles):
+        batch = [tiles[c0]]
+        while len(batch) < 4 and c0 + len(batch) < len(tiles) and tiles[c0 + len(batch)][1] == batch[0][1] \
+                and tiles[c0 + len(batch)][0] == batch[0][0] + len(batch):
+            batch.append(tiles[c0 + len(batch)])
+        kw = batch[0][1]
+        t_psum = nl.ndarray((TILE_K, len(batch), TILE_M), dtype=nl.float32, buffer=nl.psum)
+        for jj, (_, _, cols) in enumerate(batch):
+            nisa.nc_transpose(dst=t_psum[:kw, jj, :rows], data=src[:rows, cols], engine=nisa.tensor_engine)
+        v0 = batch[0][0]
+        copy_psum(a_t[:kw, v0:v0 + len(batch), col0:col0 + rows], t_psum[:kw, :, :rows], counter)
+        counter += 1
+        c0 += len(batch)
+    return counter
+
+
+def plain_tiles(f):
+    """The ``tiles`` argument of transpose_into for F consecutive columns in 128-wide tiles."""
+    return [(t, min(TILE_K, f - t * TILE_K), slice(t * TILE_K, min(f, (t + 1) * TILE_K)))
+            for t in range(_cdiv(f, TILE_K))]
+
+
 def build_a_transposed(a, m0, m_rows, groups):
-    """A^T of rows m0:m0+m_rows of HBM a [M, K] for the k-tiles of ``groups``: one SBUF tensor
-    [128, n_ktiles, m_rows] (k on partitions) in a's dtype, built with Tensor Engine transposes."""
+    """A^T of rows m0:m0+m_rows of HBM a [M, K] for the k-tiles of ``groups`` (see k_slices): one SBUF
+    tensor [128, n_ktiles, m_rows] (k on partitions) in a's dtype, built with Tensor Engine transposes
+    of contiguous row loads. Also turns a torch Linear weight [out, in] into W^T [in, out] tiles."""
     n_kt = sum(g for _, g, _ in groups)
     k_lo = groups[0][0]
     k_hi = max(k0 + g * kw for k0, g, kw in groups)
     a_t = nl.ndarray((TILE_K, n_kt, m_rows), dtype=a.dtype, buffer=nl.sbuf)
     tiles = []  # (virtual k-tile index, kw, column slice of the natural A tile)
-    v = 0
     for k0, g, kw in groups:
         for j in range(g):
-            tiles.append((v, kw, slice(k0 - k_lo + j, k0 - k_lo + j + (kw - 1) * g + 1, g)))
-            v += 1
-    copies = 0
+            tiles.append((len(tiles), kw, slice(k0 - k_lo + j, k0 - k_lo + j + (kw - 1) * g + 1, g)))
+    counter = 0
     for i in range(_cdiv(m_rows, TILE_M)):
         mw = min(TILE_M, m_rows - i * TILE_M)
         a_nat = nl.ndarray((mw, k_hi - k_lo), dtype=a.dtype, buffer=nl.sbuf)
         nisa.dma_copy(dst=a_nat, src=a[m0 + i * TILE_M:m0 + i * TILE_M + mw, k_lo:k_hi])
-        # Four transposes fill one PSUM bank; then one copy moves them to A^T.
-        for c0 in range(0, len(tiles), 4):
-            batch = tiles[c0:c0 + 4]
-            kw = batch[0][1]
-            if any(t[1] != kw for t in batch):
-                batch = batch[:1]
-            t_psum = nl.ndarray((TILE_K, 4, TILE_M), dtype=nl.float32, buffer=nl.psum)
-            for jj, (_, kw_j, cols) in enumerate(batch):
-                nisa.nc_transpose(dst=t_psum[:kw_j, jj, :mw], data=a_nat[:mw, cols], engine=nisa.tensor_engine)
-            v0 = batch[0][0]
-            copy_psum(a_t[:kw, v0:v0 + len(batch), i * TILE_M:i * TILE_M + mw],
-                      t_psum[:kw, :len(batch), :mw], copies)
-            copies += 1
-            if len(batch) < len(tiles[c0:c0 + 4]):
-                for (v_r, kw_r, cols_r) in tiles[c0 + 1:c0 + 4]:
-                    t_r = nl.ndarray((TILE_K, TILE_M), dtype=nl.float32, buffer=nl.psum)
-                    nisa.nc_transpose(dst=t_r[:kw_r, :mw], data=a_nat[:mw, cols_r], engine=nisa.tensor_engine)
-                    copy_psum(a_t[:kw_r, v_r, i * TILE_M:i * TILE_M + mw], t_r[:kw_r, :mw], copies)
-                    copies += 1
+        counter = transpose_into(a_t, a_nat, mw, i * TILE_M, tiles, counter)
     return a_t
 
 
