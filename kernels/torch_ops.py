@@ -36,7 +36,7 @@ from . import device, threads
 
 # Every OpLibrary built in this process, by namespace (a re-import of one build shares its ops).
 _LIBRARIES: dict[str, "OpLibrary"] = {}
-# The device of the tensors of the op being run, when it is a Neuron device (read by `launch`).
+# (device, launch counter) of the op being run when its tensors are on a Neuron device (read by `launch`).
 _NEURON_DEVICE: contextvars.ContextVar = contextvars.ContextVar("nkihub_neuron_device", default=None)
 
 
@@ -109,11 +109,16 @@ class OpLibrary:
             if backend == device.SIMULATOR:
                 with threads.pinned():
                     return fn(*args, **kwargs)
-            token = _NEURON_DEVICE.set(tensors[0].device)
+            launched = [0]
+            token = _NEURON_DEVICE.set((tensors[0].device, launched))
             try:
-                return fn(*args, **kwargs)
+                out = fn(*args, **kwargs)
             finally:
                 _NEURON_DEVICE.reset(token)
+            if not launched[0]:  # the op ran its kernels some other way (the simulator): never silently
+                raise RuntimeError(f"{self.qualname(name)} ran no kernel on the Neuron device; its kernels "
+                                   "must be called through kernels.torch_ops.launch")
+            return out
         return impl
 
     def has_backward(self, name: str) -> bool:
@@ -160,12 +165,13 @@ def launch(kernel, *args, **kwargs):
     to that device); otherwise it runs on the simulator with contiguous CPU tensors and pinned threads.
     Returns torch tensors (one, or a tuple), as the kernel returns them.
     """
-    target = _NEURON_DEVICE.get()
+    target, launched = _NEURON_DEVICE.get() or (None, [0])
     if target is None:
         tensors = _tensors(args, kwargs)
         if tensors and device.backend_of(tensors) == device.NEURON:
             target = tensors[0].device
     if target is not None:
+        launched[0] += 1
         moved = [a.contiguous().to(target) if isinstance(a, torch.Tensor) else a for a in args]
         return device.neuron_runner(kernel)(*moved, **kwargs)
     args = tuple(a.detach().contiguous() if isinstance(a, torch.Tensor) else a for a in args)
