@@ -8,6 +8,8 @@ the numpy simulator, compile and profile them for trn1/trn2/trn3.
 from nki import isa, language
 from nki.errors import KernelRuleError, NkiError, SimulationError
 from nki.jit import JitKernel, jit, simulate
+from nki.compile import compile  # noqa: A004  (nki.compile as in AWS NKI tooling)
+from nki.profile import benchmark, profile
 
 __version__ = "0.1.0"
-__all__ = ["JitKernel", "KernelRuleError", "NkiError", "SimulationError", "isa", "jit", "language", "simulate"]
+__all__ = ["JitKernel", "benchmark", "compile", "profile", "KernelRuleError", "NkiError", "SimulationError", "isa", "jit", "language", "simulate"]

@@ -43,12 +43,25 @@ def _round(n: int, unit: int) -> int:
     return -(-n // unit) * unit
 
 
+def _fit(active, size: int, start: int, capacity: int) -> int | None:
+    """Lowest address >= ``start`` where ``size`` bytes fit between the ``active`` ranges, or None."""
+    addr = start
+    for a_addr, a_size, _ in sorted(active):
+        if a_addr + a_size <= addr:
+            continue
+        if addr + size <= a_addr:
+            break
+        addr = max(addr, a_addr + a_size)
+    return addr if addr + size <= capacity else None
+
+
 def allocate(program: Program, target) -> Allocation:
     """Assign ``address`` (bytes within a partition) to every on-chip tensor of ``program``."""
     live = live_ranges(program)
     capacity = {"sbuf": target.sbuf_bytes_per_partition, "psum": target.psum_bytes_per_partition}
     unit = {"sbuf": SBUF_ALIGN_BYTES, "psum": target.psum_bank_bytes}
     peak = {"sbuf": 0, "psum": 0}
+    cursor = {"sbuf": 0, "psum": 0}
     for buffer in ("sbuf", "psum"):
         names = sorted((n for n in live if program.tensors[n].buffer == buffer), key=lambda n: live[n])
         active: list[tuple[int, int, str]] = []  # (address, size, name)
@@ -57,11 +70,14 @@ def allocate(program: Program, target) -> Allocation:
             start = live[name][0]
             active = [a for a in active if live[a[2]][1] >= start]
             size = _round(spec.bytes_per_partition, unit[buffer])
-            addr = 0
-            for a_addr, a_size, _ in sorted(active):
-                if addr + size <= a_addr:
-                    break
-                addr = max(addr, a_addr + a_size)
+            # Next fit: search from where the last tile went, so a freed range is reused as late as
+            # possible (the rotating buffers that let loads of one iteration overlap the compute of the
+            # last; reusing an address at once would serialise them through a false dependency).
+            addr = _fit(active, size, cursor[buffer], capacity[buffer])
+            if addr is None:
+                addr = _fit(active, size, 0, capacity[buffer])
+            if addr is None:
+                addr = capacity[buffer]
             if addr + size > capacity[buffer]:
                 used = sum(a[1] for a in active)
                 biggest = sorted(active, key=lambda a: -a[1])[:4]
@@ -74,6 +90,7 @@ def allocate(program: Program, target) -> Allocation:
                     "their lifetimes sooner",
                     operand=name, shape=spec.shape, dtype=spec.dtype, buffer=buffer, loc=spec.loc)
             spec.address = addr
+            cursor[buffer] = addr + size
             active.append((addr, size, name))
             peak[buffer] = max(peak[buffer], addr + size)
     return Allocation(peak["sbuf"], peak["psum"], live)

@@ -34,6 +34,24 @@ DMA_DESCRIPTOR_S = 0.6e-6          # descriptor generation per hardware DMA inst
 DMA_PARTITIONS_PER_ENGINE = 8      # a 128-partition transfer spreads 8 partitions per engine
 DMA_OVERHEAD_BOUND_BYTES = 512     # under ~512 B contiguous per partition: overhead-bound
 DMA_FULL_BW_BYTES = 2048           # 2-4 KiB contiguous per partition reaches full bandwidth
+# Bandwidth fraction of an overhead-bound transfer: not published (estimate, see dma_efficiency).
+DMA_OVERHEAD_BOUND_FLOOR = 0.25
+# Queues: hardware.md gives 16 DMA engines per core; each is modelled as one in-order queue holding one
+# transfer in flight (trigger, descriptor, fixed latency, data). How the compiler assigns DMAs to queues is
+# not published: the scheduler picks the queue that can start soonest.
+
+# -- scheduler ---------------------------------------------------------------------------------------------
+# A consumer may start ACCESS_START_CYCLES (its engine's clock) after a producer it reads from ends: the
+# ~60-cycle SBUF/PSUM access start is not hidden across a dependency. With MIN_II this gives ~124 cycles per
+# link of a chain of dependent tiny instructions, matching hardware.md's "roughly 100 cycles each"
+# (DEPENDENT_TINY_CYCLES is kept as the documented figure; tests check the chain against it).
+# Consecutive matmuls accumulating into one PSUM tile are pipelined by the Tensor Engine: no such gap.
+#
+# Instructions whose attribute selects an activation table: switching it costs ACT_TABLE_LOAD_CYCLES.
+TABLE_SWITCH_ATTRS = {"activation": "op"}
+# The DMA bandwidth model shares engine time and HBM bandwidth in time bins of this width (a modelling
+# resolution, not a hardware figure): a transfer's end is exact to within one bin.
+BANDWIDTH_BIN_S = 50e-9
 
 
 def vector_cycles(n: int, inputs: int = 1, *, fast: bool = False) -> float:
@@ -68,17 +86,26 @@ def pe_transpose_cycles(p: int, f: int) -> float:
     return max(p, min(64, f))
 
 
+def dma_engines(partitions: int, target) -> int:
+    """DMA engines one transfer spreads over: 8 partitions per engine, at most all of the core's."""
+    return max(1, min(target.dma_engines, math.ceil(max(1, partitions) / DMA_PARTITIONS_PER_ENGINE)))
+
+
+def dma_efficiency(contiguous_bytes: int) -> float:
+    """Fraction of an engine's bandwidth a transfer reaches, from its contiguous run per partition.
+
+    hardware.md: under ~512 B a transfer is overhead-bound, 2-4 KiB reaches full bandwidth. The shape of
+    the curve in between is not published: linear in the run length, floored at a quarter (estimate)."""
+    if contiguous_bytes >= DMA_FULL_BW_BYTES:
+        return 1.0
+    return min(1.0, max(DMA_OVERHEAD_BOUND_FLOOR, contiguous_bytes / DMA_FULL_BW_BYTES))
+
+
 def dma_transfer_s(total_bytes: int, partitions: int, contiguous_bytes: int, target) -> float:
-    """Seconds a DMA keeps its queues busy: descriptor generation plus bytes over the bandwidth of the
-    engines the transfer spreads over; short contiguous runs are overhead-bound."""
-    engines = max(1, min(target.dma_engines, math.ceil(max(1, partitions) / DMA_PARTITIONS_PER_ENGINE)))
-    bw = target.dma_bytes_per_s_per_engine * engines
-    if contiguous_bytes < DMA_FULL_BW_BYTES:
-        # Linear from overhead-bound (a quarter of the bandwidth, not published: estimate) at 512 B
-        # up to full bandwidth at 2 KiB per contiguous run.
-        frac = min(1.0, max(0.25, contiguous_bytes / DMA_FULL_BW_BYTES))
-        bw *= frac
-    return DMA_DESCRIPTOR_S + total_bytes / bw
+    """Seconds of data movement of one DMA once started, alone on the engines it spreads over (no
+    descriptor generation or fixed latency: the scheduler adds those, as they overlap across queues)."""
+    bw = target.dma_bytes_per_s_per_engine * dma_engines(partitions, target) * dma_efficiency(contiguous_bytes)
+    return total_bytes / bw
 
 
 def seconds(cycles: float, target, engine: str) -> float:

@@ -1,0 +1,343 @@
+"""The cost model's scheduler: runs a Program on per-engine in-order queues and returns its timeline.
+
+Queues: Tensor, Vector, Scalar and GpSimd each run their instructions in program order; 16 DMA queues
+each hold one transfer in flight (descriptor generation, fixed trigger-to-start latency, data movement).
+An instruction starts when its queue is free and every instruction it depends on has finished.
+Dependencies come from the bytes each instruction reads and writes: read-after-write, write-after-read and
+write-after-write, on physical SBUF/PSUM addresses after allocation (so address reuse creates the false
+dependencies the hardware has) and on HBM element ranges. Cross-queue dependencies are semaphore waits.
+
+DMA data movement shares the core's DMA engines and its share of HBM bandwidth as a fluid: time is cut
+into bins (``cost_rules.BANDWIDTH_BIN_S``) of limited engine-seconds and HBM bytes, and each transfer takes
+what is left, so independent DMAs pipeline and the estimate never beats the bandwidth roofline.
+Per-instruction engine times come from the ``cost`` column of the instruction table.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from simulator import cost_rules as cr
+from simulator.isa import DMA, opdef
+from simulator.program import AccessPattern, Program
+from simulator.rules import partitions
+from simulator.targets import get_target
+
+COMPUTE_QUEUES = ("tensor", "vector", "scalar", "gpsimd")
+# Index granularity of the dependency tracker (rows = partitions on chip); not hardware figures.
+COL_BUCKET_BYTES = 2048
+ROW_BUCKET = 128
+
+
+def dma_queue_names(target) -> tuple[str, ...]:
+    return tuple(f"dma{q}" for q in range(target.dma_engines))
+
+
+@dataclass
+class Schedule:
+    """When each instruction of a Program runs (seconds from kernel start, all estimates).
+
+    Per instruction ``i``: ``queue[i]`` (tensor, vector, scalar, gpsimd, dma0..dma15), ``start[i]`` and
+    ``end[i]``; for DMAs ``xfer_start[i]`` is when data starts to move (else equal to ``start``).
+    ``waits[i]`` are the semaphore edges into ``i``: for each other queue, the latest instruction on it that
+    ``i`` must wait for. ``pred[i]`` is what decided ``i``'s start (a dependency or the previous instruction
+    on its queue; -1 for none) and ``reason[i]`` says which ("dep", "queue", "bandwidth" or "").
+    """
+
+    program: Program
+    target: object
+    queue: list = field(default_factory=list)
+    start: list = field(default_factory=list)
+    end: list = field(default_factory=list)
+    xfer_start: list = field(default_factory=list)
+    cost: list = field(default_factory=list)
+    waits: list = field(default_factory=list)
+    pred: list = field(default_factory=list)
+    reason: list = field(default_factory=list)
+    dma_engine_s: float = 0.0        # engine-seconds of DMA data movement
+    hbm_bytes: int = 0
+    dma_bytes: int = 0
+    dma_count: int = 0
+
+    @property
+    def latency_s(self) -> float:
+        return max(self.end, default=0.0)
+
+    def critical_path(self) -> list[int]:
+        """Instruction indices from the first to the last-finishing instruction along deciding edges."""
+        if not self.end:
+            return []
+        i = max(range(len(self.end)), key=self.end.__getitem__)
+        path = []
+        while i >= 0:
+            path.append(i)
+            i = self.pred[i]
+        return path[::-1]
+
+    def queue_order(self) -> dict[str, list[int]]:
+        """Instruction indices per queue, in issue order."""
+        order: dict[str, list[int]] = {}
+        for i, q in enumerate(self.queue):
+            order.setdefault(q, []).append(i)
+        return order
+
+
+# -- dependency tracking ----------------------------------------------------------------------------------
+
+def _box(ap: AccessPattern, row_len: int, item: int, base: int) -> tuple[int, int, int, int]:
+    """(row_lo, row_hi, byte_lo, byte_hi) covering an access pattern over a [rows, row_len] storage: rows
+    are partitions on chip, the leading dims in HBM; bytes are offsets inside a row plus ``base``."""
+    lo, hi = ap.extent()
+    if hi <= lo:
+        return 0, 0, 0, 0
+    r0, r1 = lo // row_len, (hi - 1) // row_len + 1
+    c_lo = c_hi = ap.offset % row_len
+    for stride, size in ap.dims:
+        if size <= 1 or stride % row_len == 0:
+            continue
+        span = stride * (size - 1)
+        if span > 0:
+            c_hi += span
+        else:
+            c_lo += span
+    if r1 - r0 == 1:
+        c0, c1 = lo - r0 * row_len, hi - r0 * row_len
+    elif c_lo >= 0 and c_hi < row_len:
+        c0, c1 = c_lo, c_hi + 1
+    else:
+        c0, c1 = 0, row_len
+    return r0, r1, base + c0 * item, base + c1 * item
+
+
+class _Tracker:
+    """Last writers and readers per memory region, indexed by (space, column bucket)."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.buckets: dict = {}
+        self.regions: dict = {}   # cache: tensor -> (space, row_len, item, base) or None (read-only)
+        for name, spec in program.tensors.items():
+            if spec.kind in ("input", "constant"):
+                self.regions[name] = None  # never written: reads need no tracking
+            elif spec.on_chip:
+                space = spec.buffer if spec.address is not None else name
+                self.regions[name] = (space, max(1, spec.free_size), spec.np_dtype.itemsize, spec.address or 0)
+            else:
+                row = spec.shape[-1] if spec.shape else 1
+                self.regions[name] = (name, max(1, row), spec.np_dtype.itemsize, 0)
+
+    def region(self, ap: AccessPattern):
+        reg = self.regions[ap.tensor]
+        if reg is None:
+            return None
+        space, row_len, item, base = reg
+        return (space,) + _box(ap, row_len, item, base)
+
+    @staticmethod
+    def _keys(reg):
+        space, r0, r1, c0, c1 = reg
+        if c1 <= c0 or r1 <= r0:
+            return []
+        return [(space, rb, cb) for rb in range(r0 // ROW_BUCKET, (r1 - 1) // ROW_BUCKET + 1)
+                for cb in range(c0 // COL_BUCKET_BYTES, (c1 - 1) // COL_BUCKET_BYTES + 1)]
+
+    @staticmethod
+    def _overlap(a, e) -> bool:
+        return a[1] < e[2] and e[1] < a[2] and a[3] < e[4] and e[3] < a[4]
+
+    def access(self, idx: int, reads: list, writes: list, deps: dict) -> None:
+        """Record instruction ``idx``'s regions; add ``deps[j] = raw`` for every earlier ``j`` it must wait
+        for (``raw`` is True for read-after-write)."""
+        for reg in reads:
+            for key in self._keys(reg):
+                entry = self.buckets.get(key)
+                if entry is None:
+                    continue
+                for w in entry[0]:
+                    if self._overlap(reg, w):
+                        deps[w[0]] = True
+        for reg in writes:
+            for key in self._keys(reg):
+                entry = self.buckets.get(key)
+                if entry is None:
+                    continue
+                for e in entry[0]:
+                    if self._overlap(reg, e) and e[0] != idx:
+                        deps.setdefault(e[0], False)
+                for e in entry[1]:
+                    if self._overlap(reg, e) and e[0] != idx:
+                        deps.setdefault(e[0], False)
+        for reg in reads:
+            item = (idx,) + reg[1:]
+            for key in self._keys(reg):
+                self.buckets.setdefault(key, ([], []))[1].append(item)
+        for reg in writes:
+            item = (idx,) + reg[1:]
+            for key in self._keys(reg):
+                writers, readers = self.buckets.setdefault(key, ([], []))
+                lo_r, hi_r = key[1] * ROW_BUCKET, (key[1] + 1) * ROW_BUCKET
+                lo_b, hi_b = key[2] * COL_BUCKET_BYTES, (key[2] + 1) * COL_BUCKET_BYTES
+                # Entries this write covers (within the bucket) are reached through it from now on.
+                keep = lambda e: not (reg[1] <= max(e[1], lo_r) and min(e[2], hi_r) <= reg[2]
+                                      and reg[3] <= max(e[3], lo_b) and min(e[4], hi_b) <= reg[4])
+                writers[:] = [e for e in writers if keep(e)]
+                readers[:] = [e for e in readers if keep(e)]
+                writers.append(item)
+
+
+# -- DMA bandwidth as a fluid --------------------------------------------------------------------------------
+
+class _Bandwidth:
+    """Engine-seconds and HBM bytes per time bin; a transfer takes what earlier ones left."""
+
+    def __init__(self, target):
+        self.bin = cr.BANDWIDTH_BIN_S
+        self.pool_cap = target.dma_engines * self.bin
+        self.hbm_cap = target.hbm_bytes_per_s * self.bin
+        self.pool: list[float] = []
+        self.hbm: list[float] = []
+        self.skip: list[int] = []   # union-find: next bin whose engine time is not used up
+
+    def _grow(self, b: int) -> None:
+        while len(self.pool) <= b:
+            self.skip.append(len(self.pool))
+            self.pool.append(0.0)
+            self.hbm.append(0.0)
+
+    def _next_open(self, b: int) -> int:
+        self._grow(b)
+        root = b
+        while self.skip[root] != root:
+            root = self.skip[root]
+            self._grow(root)
+        while self.skip[b] != root:
+            self.skip[b], b = root, self.skip[b]
+        return root
+
+    def transfer(self, t: float, engine_s: float, engines: int, hbm_bytes: float) -> tuple[float, float]:
+        """Move data needing ``engine_s`` engine-seconds (at most ``engines`` in parallel) and ``hbm_bytes``
+        through HBM, from time ``t`` on; returns (first, end) times of movement."""
+        if engine_s <= 0 and hbm_bytes <= 0:
+            return t, t
+        remaining, first = 1.0, None
+        b = int(t / self.bin)
+        eps = 1e-12
+        while True:
+            b = self._next_open(b)
+            b0 = b * self.bin
+            seg = max(t, b0)
+            dt = b0 + self.bin - seg
+            cap_e = min(engines * dt, self.pool_cap - self.pool[b])
+            cap_h = self.hbm_cap - self.hbm[b]
+            fe = cap_e / engine_s if engine_s > 0 else math.inf
+            fh = cap_h / hbm_bytes if hbm_bytes > 0 else math.inf
+            rate = min(fe, fh)
+            f = min(remaining, rate)
+            if f > eps:
+                if first is None:
+                    first = seg
+                self.pool[b] += f * engine_s
+                self.hbm[b] += f * hbm_bytes
+                remaining -= f
+            if self.pool_cap - self.pool[b] <= eps * self.pool_cap:
+                self.skip[b] = b + 1
+                self._grow(b + 1)
+            if remaining <= eps:
+                end = seg + dt * (f / rate)
+                # The bin's use counts as packed from its start, so the total never beats the bandwidth.
+                packed = b0 + self.bin * max(self.pool[b] / self.pool_cap, self.hbm[b] / self.hbm_cap)
+                return first, max(end, min(packed, b0 + self.bin))
+            b += 1
+
+
+# -- the scheduler --------------------------------------------------------------------------------------------
+
+def _hbm_bytes(ins, program) -> int:
+    n = 0
+    for ap in (*ins.src.values(), *ins.dst.values()):
+        spec = program.tensors[ap.tensor]
+        if not spec.on_chip:
+            n += ap.size * spec.np_dtype.itemsize
+    return n
+
+
+def _dma_spread(ins, program, target) -> int:
+    parts = [partitions(ap) for ap in (*ins.dst.values(), *ins.src.values()) if program.tensors[ap.tensor].on_chip]
+    return cr.dma_engines(max(parts) if parts else target.partitions, target)
+
+
+def schedule(program: Program, target=None) -> Schedule:
+    """Schedule an (allocated) Program on ``target``'s queues; see the module docstring for the model."""
+    target = get_target(target or program.meta.get("target"))
+    sch = Schedule(program, target)
+    tracker = _Tracker(program)
+    bw = _Bandwidth(target)
+    dma_queues = dma_queue_names(target)
+    free = {q: 0.0 for q in (*COMPUTE_QUEUES, *dma_queues)}
+    last = {q: -1 for q in free}
+    table_state: dict[str, object] = {}
+    gap = {e: cr.ACCESS_START_CYCLES / target.clock_hz(e) for e in COMPUTE_QUEUES}
+    for idx, ins in enumerate(program.instructions):
+        row = opdef(ins.opcode)
+        accum = row.reads_dst(ins)
+        src_regs = [r for r in map(tracker.region, ins.src.values()) if r is not None]
+        dst_regs = [r for r in map(tracker.region, ins.dst.values()) if r is not None]
+        deps: dict[int, bool] = {}
+        tracker.access(idx, src_regs + dst_regs if accum else src_regs, dst_regs, deps)
+        cost = float(row.cost(ins, program, target))
+        is_dma = DMA in row.categories
+        engine = ins.engine if ins.engine in COMPUTE_QUEUES else "dma"
+        # Earliest start allowed by the dependencies.
+        ready, binding = 0.0, -1
+        for j, raw in deps.items():
+            t = sch.end[j]
+            # Accumulating into what the same queue just wrote is pipelined (PSUM accumulation groups).
+            if raw and engine != "dma" and not (accum and sch.queue[j] == engine):
+                t += gap[engine]
+            if t > ready:
+                ready, binding = t, j
+        if engine == "dma":
+            q = min(dma_queues, key=lambda name: max(free[name], ready))  # ties: lowest queue
+        else:
+            q = engine
+        start = max(free[q], ready)
+        pred, why = (binding, "dep") if ready > free[q] else (last[q], "queue" if last[q] >= 0 else "")
+        attr = cr.TABLE_SWITCH_ATTRS.get(ins.opcode)
+        if attr is not None:
+            table = ins.attrs.get(attr)
+            if table_state.get(q, table) != table:
+                cost += cr.seconds(cr.ACT_TABLE_LOAD_CYCLES, target, q)
+            table_state[q] = table
+        if is_dma:
+            spread = _dma_spread(ins, program, target)
+            hbm = _hbm_bytes(ins, program)
+            nbytes = max(sum(ap.size * program.tensors[ap.tensor].np_dtype.itemsize for ap in ins.dst.values()),
+                         sum(ap.size * program.tensors[ap.tensor].np_dtype.itemsize for ap in ins.src.values()))
+            earliest = start + cr.DMA_DESCRIPTOR_S + cr.DMA_FIXED_LATENCY_S
+            first, end = bw.transfer(earliest, cost * spread, spread, hbm)
+            if end - earliest > cost * 1.001 + bw.bin:
+                why = "bandwidth" if why != "dep" else why
+            sch.dma_engine_s += cost * spread
+            sch.hbm_bytes += hbm
+            sch.dma_bytes += nbytes
+            sch.dma_count += 1
+            xfer = first
+        else:
+            end = start + cost
+            xfer = start
+        free[q] = end
+        waits = {}
+        for j in deps:
+            qj = sch.queue[j]
+            if qj != q and j > waits.get(qj, -1):
+                waits[qj] = j
+        sch.queue.append(q)
+        sch.start.append(start)
+        sch.end.append(end)
+        sch.xfer_start.append(xfer)
+        sch.cost.append(cost)
+        sch.waits.append(tuple(sorted(waits.values())))
+        sch.pred.append(pred)
+        sch.reason.append(why)
+        last[q] = idx
+    return sch
