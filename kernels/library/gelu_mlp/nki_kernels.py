@@ -1,0 +1,126 @@
+"""NKI kernels of neuron/gelu-mlp: y = GELU(x @ W1^T + b1) @ W2^T + b2 fused on chip.
+
+Both weights are turned into W^T tiles once (Tensor Engine transposes) and stay in SBUF. Per block of
+up to 512 tokens, x^T is built on chip; the first matmul produces the hidden activations already
+transposed (h^T [hidden, tokens], hidden on partitions), so b1 is a per-partition bias and the exact
+(erf) GELU is fused into the PSUM evacuation on the Scalar Engine; h^T is then directly the stationary
+operand of the second matmul. The hidden activations never leave the chip.
+"""
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+from kernels.library.layernorm.nki_kernels import load_row_vector
+from kernels.library.matmul.nki_kernels import (TILE_K, TILE_M, TILE_N, _cdiv, build_a_transposed, k_slices,
+                                                plain_tiles, transpose_into)
+
+
+def load_linear(w, b):
+    """A torch Linear's weight w [out, in] and bias b [out] as W^T [128, n_in_tiles, out] (SBUF, w's dtype)
+    and a per-partition bias [128, n_out_tiles] (fp32; column t holds b[t*128:(t+1)*128])."""
+    out_f, in_f = w.shape
+    w_t = build_a_transposed(w, 0, out_f, k_slices(0, in_f, 1))
+    n_out = _cdiv(out_f, TILE_K)
+    b_cols = nl.ndarray((TILE_K, n_out), dtype=nl.float32, buffer=nl.sbuf)
+    for t in range(n_out):
+        hw = min(TILE_K, out_f - t * TILE_K)
+        nisa.dma_copy(dst=b_cols[:hw, t:t + 1], src=b[t * TILE_K:t * TILE_K + hw].reshape((hw, 1)))
+    return w_t, b_cols
+
+
+def transposed_rows(row_tiles, f, dtype):
+    """x^T [128, n_f_tiles, tokens] (SBUF, ``dtype``) from SBUF row tiles [(tile, rows)], each [rows, f]."""
+    total = sum(r for _, r in row_tiles)
+    x_t = nl.ndarray((TILE_K, _cdiv(f, TILE_K), total), dtype=dtype, buffer=nl.sbuf)
+    col, counter = 0, 0
+    for tile, rows in row_tiles:
+        counter = transpose_into(x_t, tile, rows, col, plain_tiles(f), counter)
+        col += rows
+    return x_t
+
+
+def linear_t(x_t, in_f, tokens, w_t, b_cols, out_f, act, dtype):
+    """out^T [128, n_out_tiles, tokens] = act(W x^T + b), from x^T [128, n_in_tiles, tokens <= 512] (in_f
+    features) and (W^T, b) from load_linear; bias and activation are fused into the PSUM evacuation on
+    the Scalar Engine."""
+    out_t = nl.ndarray((TILE_K, _cdiv(out_f, TILE_K), tokens), dtype=dtype, buffer=nl.sbuf)
+    for t in range(_cdiv(out_f, TILE_K)):
+        hw = min(TILE_K, out_f - t * TILE_K)
+        ps = nl.ndarray((hw, tokens), dtype=nl.float32, buffer=nl.psum)
+        for kd in range(_cdiv(in_f, TILE_K)):
+            kw = min(TILE_K, in_f - kd * TILE_K)
+            nisa.nc_matmul(dst=ps, stationary=w_t[:kw, kd, t * TILE_K:t * TILE_K + hw],
+                           moving=x_t[:kw, kd, :tokens])
+        nisa.activation(dst=out_t[:hw, t, :tokens], op=act, data=ps, bias=b_cols[:hw, t:t + 1])
+    return out_t
+
+
+def linear_rows(x_t, in_f, tokens, w_t, out_f, add_tiles, out_dtype):
+    """Row-major out [tokens, out_f] = x @ W^T + add, from x^T [128, n_in_tiles, tokens] and W^T
+    [128, n_in_tiles, out_f]: one list entry per 128-token tile, each a new SBUF tile [rows, out_f].
+    ``add_tiles(i, rows)`` gives the fp32 tile [rows, out_f] added during the PSUM evacuation (bias
+    broadcast, or bias plus residual)."""
+    outs = []
+    for i in range(_cdiv(tokens, TILE_M)):
+        rows = min(TILE_M, tokens - i * TILE_M)
+        o = nl.ndarray((rows, out_f), dtype=out_dtype, buffer=nl.sbuf)
+        extra = add_tiles(i, rows)
+        for n0 in range(0, out_f, TILE_N):
+            nw = min(TILE_N, out_f - n0)
+            ps = nl.ndarray((rows, nw), dtype=nl.float32, buffer=nl.psum)
+            for kd in range(_cdiv(in_f, TILE_K)):
+                kw = min(TILE_K, in_f - kd * TILE_K)
+                nisa.nc_matmul(dst=ps, stationary=x_t[:kw, kd, i * TILE_M:i * TILE_M + rows],
+                               moving=w_t[:kw, kd, n0:n0 + nw])
+            nisa.tensor_tensor(dst=o[:, n0:n0 + nw], data1=ps, data2=extra[:rows, n0:n0 + nw], op=nl.add)
+        outs.append((o, rows))
+    return outs
+
+
+def mlp_block(x_t, d, tokens, w1, b1, w2, hidden, add_tiles, out_dtype):
+    """GELU MLP of one token block: x^T [128, n_d_tiles, tokens <= 512] -> [(out tile [rows, d], rows)].
+    ``w1`` is (W1^T, b1 columns) from load_linear and ``w2`` is W2^T, or HBM weights (fc1_weight, fc1_bias)
+    and fc2_weight to load here (weights that do not stay resident: each is live only for its matmul)."""
+    w1_t, b1_cols = w1 if isinstance(w1, tuple) else load_linear(w1, b1)
+    h_t = linear_t(x_t, d, tokens, w1_t, b1_cols, hidden, nl.gelu, x_t.dtype)
+    w2_t = w2 if w2.buffer == "sbuf" else build_a_transposed(w2, 0, d, k_slices(0, hidden, 1))
+    return linear_rows(h_t, hidden, tokens, w2_t, d, add_tiles, out_dtype)
+
+
+@nki.jit
+def gelu_mlp_kernel(x, fc1_weight, fc1_bias, fc2_weight, fc2_bias, token_block=512, resident=True):
+    """x [R, D] -> GELU(x W1^T + b1) W2^T + b2, [R, D] in x's dtype. fc1_weight [H, D], fc1_bias [H],
+    fc2_weight [D, H], fc2_bias [D] (torch Linear layout, x's dtype). Tokens go in blocks of
+    ``token_block`` (<= 512, the moving free size of the first matmul). With ``resident`` the weights are
+    transposed once and stay in SBUF; otherwise they are reloaded per token block (weights too large
+    to keep both on chip)."""
+    r, d = x.shape
+    hidden = fc1_weight.shape[0]
+    out = nl.ndarray((r, d), dtype=x.dtype, buffer=nl.shared_hbm)
+    w1, w2 = (fc1_weight, fc2_weight)
+    if resident:
+        w1 = load_linear(fc1_weight, fc1_bias)
+        w2 = build_a_transposed(fc2_weight, 0, d, k_slices(0, hidden, 1))
+    b2 = load_row_vector(fc2_bias, min(TILE_M, r))
+    for blk in nl.affine_range(_cdiv(r, token_block)):
+        r0 = blk * token_block
+        tokens = min(token_block, r - r0)
+        row_tiles = []
+        for i in range(_cdiv(tokens, TILE_M)):
+            rows = min(TILE_M, tokens - i * TILE_M)
+            xt = nl.ndarray((rows, d), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=xt, src=x[r0 + i * TILE_M:r0 + i * TILE_M + rows, :])
+            row_tiles.append((xt, rows))
+        x_t = transposed_rows(row_tiles, d, x.dtype)
+        outs = mlp_block(x_t, d, tokens, w1, fc1_bias, w2, hidden, lambda i, rows: b2, x.dtype)
+        for i, (o, rows) in enumerate(outs):
+            nisa.dma_copy(dst=out[r0 + i * TILE_M:r0 + i * TILE_M + rows, :], src=o)
+    return out
+
+
+def plan(d, hidden, itemsize, sbuf_bytes=192 * 1024):
+    """(token_block, resident) for gelu_mlp_kernel: keep both weights resident when their transposed
+    tiles take at most half of a trn1 SBUF partition; smaller token blocks for fp32."""
+    weight_bytes = (_cdiv(d, TILE_K) * hidden + _cdiv(hidden, TILE_K) * d) * itemsize
+    token_block = 512 if itemsize <= 2 else 256
+    return token_block, weight_bytes <= sbuf_bytes // 2
