@@ -1,0 +1,113 @@
+"""SBUF/PSUM allocation: a linear scan over live ranges (next fit), aligned slots, whole PSUM banks, capacity per
+target with an error that names the tile and what else is live."""
+from __future__ import annotations
+
+import pytest
+
+from simulator.allocate import SBUF_ALIGN_BYTES, allocate, live_ranges
+from simulator.errors import KernelRuleError, SourceLoc
+from simulator.program import AccessPattern, Instruction, Program, TensorSpec
+from simulator.targets import TRN1, TRN2, TRN3
+
+LOC = SourceLoc("kern.py", 7, 4, None, "    big = nl.ndarray((128, 50000), nl.float32)")
+
+
+def whole(spec):
+    return AccessPattern(spec.name, 0, ((spec.free_size, spec.shape[0]), (1, spec.free_size)))
+
+
+def touch(p, *names):
+    """One memset per name, in order: each tile is live exactly at its own instruction."""
+    for n in names:
+        p.instructions.append(Instruction("memset", "vector", {"dst": whole(p.tensors[n])}, {}, {"value": 0.0}))
+
+
+def prog(*specs):
+    p = Program("a")
+    for s in specs:
+        p.add_tensor(s)
+    return p
+
+
+def sb(name, free, dtype="float32", buffer="sbuf"):
+    return TensorSpec(name, (128, free), dtype, buffer, loc=LOC)
+
+
+def test_tiles_with_disjoint_lives_share_space():
+    """Two 150 KiB tiles never live at once: together they exceed SBUF, so the second reuses the first's."""
+    p = prog(sb("a", 150 * 256), sb("b", 150 * 256))
+    touch(p, "a", "b")
+    alloc = allocate(p, TRN1)
+    assert p.tensors["a"].address == p.tensors["b"].address == 0
+    assert alloc.sbuf_peak_bytes == 150 * 1024
+
+
+def test_rotation_before_reuse():
+    """A freed range is reused as late as possible (next fit), so consecutive iterations' tiles rotate
+    through different addresses instead of serialising on one."""
+    p = prog(sb("a", 100), sb("b", 100))
+    touch(p, "a", "b")
+    allocate(p, TRN2)
+    assert (p.tensors["a"].address, p.tensors["b"].address) == (0, 448)  # 400 B rounded up to 64 B
+
+
+def test_overlapping_tiles_get_aligned_disjoint_slots():
+    p = prog(sb("a", 100), sb("b", 10, "bfloat16"), sb("c", 1))
+    touch(p, "a", "b", "c", "a", "b")  # a and b live together; c lives inside both
+    allocate(p, TRN2)
+    addrs = sorted((p.tensors[n].address, n) for n in "abc")
+    assert [a for a, _ in addrs] == [0, 448, 512]
+    assert all(p.tensors[n].address % SBUF_ALIGN_BYTES == 0 for n in "abc")
+    assert live_ranges(p) == {"a": (0, 3), "b": (1, 4), "c": (2, 2)}
+
+
+def test_a_freed_hole_is_reused_when_the_end_is_full():
+    p = prog(sb("a", 64 * 256), sb("b", 100 * 256), sb("c", 64 * 256))
+    touch(p, "a", "b", "a")   # a [0, 2] at 0, b [1, 1] at 64 KiB
+    touch(p, "c")             # c [3, 3]: 64 KiB does not fit after b in trn1's 192 KiB; wraps to 0
+    allocate(p, TRN1)
+    assert p.tensors["c"].address == 0
+
+
+def test_psum_tiles_take_whole_banks():
+    p = prog(*[sb(f"p{i}", 1, buffer="psum") for i in range(8)])
+    touch(p, *[f"p{i}" for i in range(8)], *[f"p{i}" for i in range(8)])
+    alloc = allocate(p, TRN2)
+    assert sorted(p.tensors[f"p{i}"].address for i in range(8)) == [i * 2048 for i in range(8)]
+    assert alloc.psum_peak_bytes == 16 * 1024
+
+
+def test_a_ninth_live_psum_tile_does_not_fit():
+    p = prog(*[sb(f"p{i}", 1, buffer="psum") for i in range(9)])
+    touch(p, *[f"p{i}" for i in range(9)], *[f"p{i}" for i in range(9)])
+    with pytest.raises(KernelRuleError) as info:
+        allocate(p, TRN3)
+    e = info.value
+    assert e.rule == "psum-capacity" and e.operand == "p8" and e.loc == LOC
+    assert "8 banks of 2 KiB" in str(e) and "'p0' 2048 B" in str(e) and "kern.py:7" in str(e)
+
+
+@pytest.mark.parametrize("target,fits", [(TRN1, False), (TRN2, True), (TRN3, True)])
+def test_sbuf_capacity_is_per_target(target, fits):
+    """200 KiB per partition: more than trn1's 192 KiB, within trn2's 224 KiB."""
+    p = prog(sb("big", 200 * 1024 // 4))
+    touch(p, "big")
+    if fits:
+        assert allocate(p, target).sbuf_peak_bytes == 200 * 1024
+    else:
+        with pytest.raises(KernelRuleError, match=r"\[rule: sbuf-capacity\]") as info:
+            allocate(p, target)
+        assert "204800 bytes per partition" in str(info.value) and "on trn1" in str(info.value)
+
+
+def test_untouched_and_hbm_tensors_get_no_address():
+    p = prog(sb("a", 4), sb("idle", 4), TensorSpec("h", (128, 4), "float32", "shared_hbm"))
+    touch(p, "a")
+    allocate(p, TRN2)
+    assert p.tensors["idle"].address is None and p.tensors["h"].address is None
+
+
+def test_allocation_to_json():
+    p = prog(sb("a", 16))
+    touch(p, "a")
+    assert allocate(p, TRN2).to_json() == {"sbuf_peak_bytes": 64, "psum_peak_bytes": 0}
