@@ -10,6 +10,7 @@ from nki.errors import KernelRuleError, NkiError, SimulationError
 from nki.jit import JitKernel, jit, simulate
 from nki.compile import compile  # noqa: A004  (nki.compile as in AWS NKI tooling)
 from nki.profile import benchmark, profile
+from nki.estimate import estimating
 
 __version__ = "0.1.0"
-__all__ = ["JitKernel", "benchmark", "compile", "profile", "KernelRuleError", "NkiError", "SimulationError", "isa", "jit", "language", "simulate"]
+__all__ = ["JitKernel", "benchmark", "compile", "estimating", "profile", "KernelRuleError", "NkiError", "SimulationError", "isa", "jit", "language", "simulate"]

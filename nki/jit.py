@@ -155,7 +155,11 @@ class JitKernel:
         return self.run(*args, **kwargs)
 
     def run(self, *args, target=None, **kwargs):
-        """Run on the simulator; returns numpy arrays, or CPU torch tensors when any input is one."""
+        """Run on the simulator; returns numpy arrays, or CPU torch tensors when any input is one.
+        Inside ``nki.estimating(...)`` the launch is costed on the cost model instead (see nki.estimate)."""
+        from nki import estimate
+        if estimate.active() is not None:
+            return estimate.record(self, args, kwargs, any(is_torch(a) for a in args))
         try:
             compiled = self.specialize(*args, target=target, **kwargs)
             bound = self._bind(args, kwargs)
