@@ -1,0 +1,146 @@
+"""The validator on hand-built Programs: engines, operand rules, and the dataflow checks (reads of
+unwritten memory, writes to inputs and constants, outputs never written, loop-carried dependencies
+inside affine_range with PSUM matmul accumulation excepted)."""
+from __future__ import annotations
+
+import pytest
+
+from simulator.errors import KernelRuleError, SourceLoc
+from simulator.program import AccessPattern, Instruction, LoopInfo, Program, TensorSpec
+from simulator.targets import TRN2
+from simulator.validate import check_instruction, validate
+
+
+def ap(name, shape, offset=0):
+    dims, stride = [], 1
+    for size in reversed(shape):
+        dims.append((stride, size))
+        stride *= size
+    return AccessPattern(name, offset, tuple(reversed(dims)))
+
+
+def loc(line):
+    return SourceLoc("kern.py", line, 4, None, "    x")
+
+
+def build(tensors, instructions, inputs=(), outputs=(), loops=()):
+    p = Program("v")
+    for t in tensors:
+        p.add_tensor(t)
+    p.instructions += instructions
+    p.inputs += list(inputs)
+    p.outputs += list(outputs)
+    for lp in loops:
+        p.loops[lp.id] = lp
+    return p
+
+
+def memset(name, shape, line=1, loops=()):
+    return Instruction("memset", "vector", {"dst": ap(name, shape)}, {}, {"value": 0.0}, loc(line), loops)
+
+
+def copy(dst, src, shape, line=2, loops=(), engine="vector"):
+    return Instruction("tensor_copy", engine, {"dst": ap(dst, shape)}, {"src": ap(src, shape)}, {}, loc(line),
+                       loops)
+
+
+def rule_of(program) -> KernelRuleError:
+    with pytest.raises(KernelRuleError) as info:
+        validate(program, TRN2)
+    return info.value
+
+
+T = [TensorSpec("a", (4, 4), "float32", "sbuf"), TensorSpec("b", (4, 4), "float32", "sbuf")]
+
+
+def test_a_clean_program_passes():
+    validate(build(T, [memset("a", (4, 4)), copy("b", "a", (4, 4))]), TRN2)
+
+
+def test_read_of_unwritten_memory():
+    e = rule_of(build(T, [copy("b", "a", (4, 4), line=9)]))
+    assert e.rule == "read-uninitialized" and e.loc.line == 9 and e.operand == "src"
+    assert "reads 16 of 16 elements of 'a'" in str(e)
+
+
+def test_read_of_a_partly_written_tile():
+    half = Instruction("memset", "vector", {"dst": ap("a", (2, 4))}, {}, {"value": 0.0}, loc(1))
+    assert "reads 8 of 16" in str(rule_of(build(T, [half, copy("b", "a", (4, 4))])))
+
+
+def test_accumulating_onto_unwritten_psum_is_a_read_of_unwritten_memory():
+    t = [TensorSpec("s", (4, 4), "bfloat16", "sbuf"), TensorSpec("p", (4, 4), "float32", "psum")]
+    mm = Instruction("nc_matmul", "tensor", {"dst": ap("p", (4, 4))},
+                     {"stationary": ap("s", (4, 4)), "moving": ap("s", (4, 4))}, {"accumulate": True}, loc(5))
+    e = rule_of(build(t, [memset("s", (4, 4)), mm]))
+    assert e.rule == "read-uninitialized" and e.operand == "dst"
+
+
+def test_write_to_an_input():
+    t = [TensorSpec("x", (4, 4), "float32", "sbuf", "input")]
+    e = rule_of(build(t, [memset("x", (4, 4), line=3)], inputs=["x"]))
+    assert e.rule == "write-to-input" and e.loc.line == 3
+
+
+def test_write_to_a_constant():
+    t = [TensorSpec("c", (4, 4), "float32", "sbuf", "constant", data=bytes(64))]
+    assert rule_of(build(t, [memset("c", (4, 4))])).rule == "write-to-constant"
+
+
+def test_output_never_written():
+    out_loc = loc(4)
+    t = [TensorSpec("o", (4, 4), "float32", "shared_hbm", "output", out_loc)]
+    e = rule_of(build(t, [], outputs=["o"]))
+    assert e.rule == "output-not-written" and e.loc == out_loc and "16 of 16 elements" in str(e)
+
+
+def _loop_program(kind):
+    """for i in <kind>(2): a = copy(a)  -- iteration 1 reads what iteration 0 wrote."""
+    lp = LoopInfo(0, kind, 2, loc(10))
+    return build(T, [memset("a", (4, 4)),
+                     copy("b", "a", (4, 4), line=11, loops=((0, 0),)), copy("a", "b", (4, 4), line=12, loops=((0, 0),)),
+                     copy("b", "a", (4, 4), line=11, loops=((0, 1),)), copy("a", "b", (4, 4), line=12, loops=((0, 1),))],
+                 loops=[lp])
+
+
+def test_loop_carried_dependency_in_affine_range():
+    e = rule_of(_loop_program("affine"))
+    assert e.rule == "loop-carried-dependency" and e.loc.line == 11
+    assert "iteration 1 of the affine_range at kern.py:10" in str(e) and "written at kern.py:12" in str(e)
+
+
+@pytest.mark.parametrize("kind", ["sequential", "static"])
+def test_loop_carried_values_are_legal_in_sequential_loops(kind):
+    validate(_loop_program(kind), TRN2)
+
+
+def test_psum_matmul_accumulation_across_affine_range_is_legal():
+    t = [TensorSpec("s", (4, 4), "bfloat16", "sbuf"), TensorSpec("p", (4, 4), "float32", "psum"),
+         TensorSpec("o", (4, 4), "float32", "sbuf")]
+    body = [memset("s", (4, 4))]
+    for k in range(3):
+        body.append(Instruction("nc_matmul", "tensor", {"dst": ap("p", (4, 4))},
+                                {"stationary": ap("s", (4, 4)), "moving": ap("s", (4, 4))},
+                                {"accumulate": k > 0}, loc(20), ((0, k),)))
+    body.append(copy("o", "p", (4, 4)))
+    validate(build(t, body, loops=[LoopInfo(0, "affine", 3, loc(19))]), TRN2)
+
+
+def test_engine_must_be_one_the_instruction_runs_on():
+    with pytest.raises(KernelRuleError, match=r"tensor_copy cannot run on the tensor engine \(it runs on: "
+                                              r"gpsimd, scalar, vector\)") as info:
+        check_instruction(copy("b", "a", (4, 4), engine="tensor"), build(T, []), TRN2)
+    assert info.value.rule == "engine"
+
+
+def test_operand_rules_run_first():
+    t = [TensorSpec("h", (4, 4), "float32", "hbm"), TensorSpec("b", (4, 4), "float32", "sbuf")]
+    e = rule_of(build(t, [copy("b", "h", (4, 4))]))
+    assert e.rule == "engine-buffer" and e.buffer == "hbm"
+
+
+def test_rules_false_runs_only_the_dataflow_checks():
+    t = [TensorSpec("h", (4, 4), "float32", "hbm"), TensorSpec("b", (4, 4), "float32", "sbuf")]
+    program = build(t, [Instruction("memset", "vector", {"dst": ap("h", (4, 4))}, {}, {"value": 1.0}),
+                        copy("b", "h", (4, 4))])
+    validate(program, TRN2, rules=False)
