@@ -31,7 +31,22 @@ _HUB_EXPORTS = {
 }
 
 # ---- Layers and torch ops (owned by the kernel-library / layers work): add entries here ----
-_LAYER_EXPORTS: dict[str, str] = {}
+_LAYER_EXPORTS: dict[str, str] = {
+    "kernelize": "layers",
+    "Mode": "layers",
+    "LayerRepository": "layers",
+    "LocalLayerRepository": "layers",
+    "LibraryLayerRepository": "layers",
+    "KernelizeReport": "layers",
+    "use_kernel_forward_from_hub": "layers",
+    "replace_kernel_forward_from_hub": "layers",
+    "register_kernel_mapping": "layers",
+    "use_kernel_mapping": "layers",
+    "OpLibrary": "torch_ops",
+    "NeuronUnavailableError": "device",
+    "make_transformers_attention": "transformers_attention",
+    "register_attention_sharding": "distributed",
+}
 
 _EXPORTS = {**_HUB_EXPORTS, **_LAYER_EXPORTS}
 __all__ = sorted(_EXPORTS)
