@@ -40,18 +40,20 @@ def transposed_rows(row_tiles, f, dtype):
 
 
 def linear_t(x_t, in_f, tokens, w_t, b_cols, out_f, act, dtype):
-    """out^T [128, n_out_tiles, tokens] = act(W x^T + b), from x^T [128, n_in_tiles, tokens <= 512] (in_f
-    features) and (W^T, b) from load_linear; bias and activation are fused into the PSUM evacuation on
-    the Scalar Engine."""
+    """out^T [128, n_out_tiles, tokens] = act(W x^T + b), from x^T [128, n_in_tiles, tokens] (in_f
+    features) and (W^T, b) from load_linear; tokens go through the Tensor Engine 512 at a time (the
+    moving free size) and bias and activation are fused into the PSUM evacuation on the Scalar Engine."""
     out_t = nl.ndarray((TILE_K, _cdiv(out_f, TILE_K), tokens), dtype=dtype, buffer=nl.sbuf)
-    for t in range(_cdiv(out_f, TILE_K)):
-        hw = min(TILE_K, out_f - t * TILE_K)
-        ps = nl.ndarray((hw, tokens), dtype=nl.float32, buffer=nl.psum)
-        for kd in range(_cdiv(in_f, TILE_K)):
-            kw = min(TILE_K, in_f - kd * TILE_K)
-            nisa.nc_matmul(dst=ps, stationary=w_t[:kw, kd, t * TILE_K:t * TILE_K + hw],
-                           moving=x_t[:kw, kd, :tokens])
-        nisa.activation(dst=out_t[:hw, t, :tokens], op=act, data=ps, bias=b_cols[:hw, t:t + 1])
+    for c0 in range(0, tokens, TILE_N):
+        cw = min(TILE_N, tokens - c0)
+        for t in range(_cdiv(out_f, TILE_K)):
+            hw = min(TILE_K, out_f - t * TILE_K)
+            ps = nl.ndarray((hw, cw), dtype=nl.float32, buffer=nl.psum)
+            for kd in range(_cdiv(in_f, TILE_K)):
+                kw = min(TILE_K, in_f - kd * TILE_K)
+                nisa.nc_matmul(dst=ps, stationary=w_t[:kw, kd, t * TILE_K:t * TILE_K + hw],
+                               moving=x_t[:kw, kd, c0:c0 + cw])
+            nisa.activation(dst=out_t[:hw, t, c0:c0 + cw], op=act, data=ps, bias=b_cols[:hw, t:t + 1])
     return out_t
 
 
