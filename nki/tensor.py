@@ -123,8 +123,8 @@ class NkiTensor:
                 if not 0 <= kk < size:
                     raise _oob(f"index {k} is out of bounds for dim {d} of size {size}", self)
                 offset += kk * stride
-                if d == 0 and self.spec.on_chip:
-                    dims.append((stride, 1))  # a tile keeps its partition dim
+                if d == 0 and self.spec.on_chip and stride == self.spec.free_size:
+                    dims.append((stride, 1))  # a tile keeps its partition dim (not a leading block dim)
             elif isinstance(k, slice):
                 start, stop, step = _check_slice(k, size, d, self)
                 offset += start * stride
@@ -149,6 +149,125 @@ class NkiTensor:
             dims.append((stride, size))
             stride *= size
         return NkiTensor(self.spec, self.offset, tuple(reversed(dims)))
+
+    # -- views of the AWS NKI 0.3+ tensor API ---------------------------------------------------------------
+    def _dim(self, dim: int) -> int:
+        d = operator.index(dim)
+        d = d + self.ndim if d < 0 else d
+        if not 0 <= d < self.ndim:
+            raise ValueError(f"dim {dim} is out of range for a tensor of {self.ndim} dims {self.shape}")
+        return d
+
+    def _with(self, dims, offset=None) -> "NkiTensor":
+        return NkiTensor(self.spec, self.offset if offset is None else offset, tuple(dims))
+
+    def permute(self, dims) -> "NkiTensor":
+        """A view with dims reordered: ``t.permute((0, 2, 1))`` (no data moves)."""
+        order = [self._dim(d) for d in dims]
+        if sorted(order) != list(range(self.ndim)):
+            raise ValueError(f"dims {tuple(dims)} is not a permutation of {self.ndim} dims")
+        return self._with([self.dims[d] for d in order])
+
+    def select(self, dim, index) -> "NkiTensor":
+        """The view at ``index`` along ``dim``, with that dim removed."""
+        d = self._dim(dim)
+        stride, size = self.dims[d]
+        i = operator.index(index) + (size if index < 0 else 0)
+        if not 0 <= i < size:
+            raise _oob(f"index {index} is out of bounds for dim {d} of size {size}", self)
+        return self._with(self.dims[:d] + self.dims[d + 1:], self.offset + i * stride)
+
+    def slice(self, dim, start, end, step=1) -> "NkiTensor":
+        """Elements ``start:end:step`` along ``dim``."""
+        d = self._dim(dim)
+        key = [slice(None)] * self.ndim
+        key[d] = slice(start, end, step)
+        return self._index(tuple(key))
+
+    def broadcast(self, dim, size) -> "NkiTensor":
+        """Repeat a size-1 ``dim`` ``size`` times (stride 0)."""
+        d = self._dim(dim)
+        if self.dims[d][1] != 1:
+            raise ValueError(f"broadcast: dim {d} has size {self.dims[d][1]}, not 1")
+        return self._with(self.dims[:d] + ((0, int(size)),) + self.dims[d + 1:])
+
+    def expand_dim(self, dim) -> "NkiTensor":
+        """Insert a size-1 dim at ``dim``."""
+        d = operator.index(dim)
+        d = d + self.ndim + 1 if d < 0 else d
+        return self._with(self.dims[:d] + ((0, 1),) + self.dims[d:])
+
+    def squeeze_dim(self, dim) -> "NkiTensor":
+        """Remove a size-1 ``dim``."""
+        d = self._dim(dim)
+        if self.dims[d][1] != 1:
+            raise ValueError(f"squeeze_dim: dim {d} has size {self.dims[d][1]}, not 1")
+        return self._with(self.dims[:d] + self.dims[d + 1:])
+
+    def reshape_dim(self, dim, shape) -> "NkiTensor":
+        """Split ``dim`` into ``shape`` (row-major inside that dim)."""
+        d = self._dim(dim)
+        stride, size = self.dims[d]
+        shape = tuple(int(x) for x in shape)
+        if math.prod(shape) != size:
+            raise ValueError(f"reshape_dim: {shape} does not hold the {size} elements of dim {d}")
+        split, st = [], stride
+        for n in reversed(shape):
+            split.append((st, n))
+            st *= n
+        return self._with(self.dims[:d] + tuple(reversed(split)) + self.dims[d + 1:])
+
+    def flatten_dims(self, start_dim, end_dim) -> "NkiTensor":
+        """Merge dims ``start_dim..end_dim`` (inclusive) into one; they must be contiguous in each other."""
+        a, b = self._dim(start_dim), self._dim(end_dim)
+        for (s0, _), (s1, n1) in zip(self.dims[a:b], self.dims[a + 1:b + 1]):
+            if s0 != s1 * n1:
+                raise ValueError(f"flatten_dims: dims {a}..{b} of strides {self.strides} are not contiguous")
+        merged = (self.dims[b][0], math.prod(n for _, n in self.dims[a:b + 1]))
+        return self._with(self.dims[:a] + (merged,) + self.dims[b + 1:])
+
+    def ap(self, pattern, offset=0, scalar_offset=None, vector_offset=None, indirect_dim=None, dtype=None):
+        """An explicit access pattern over this tensor: ``pattern`` = [[stride, size], ...] in elements from
+        this view's start plus ``offset``. Indirect (dynamic) offsets are not supported."""
+        if scalar_offset is not None or vector_offset is not None or indirect_dim is not None:
+            raise NotImplementedError("ap(): indirect (scalar_offset/vector_offset) access patterns are not "
+                                      "supported by the nkihub simulator")
+        if dtype is not None and np.dtype(dtype) != self.dtype:
+            raise NotImplementedError("ap(dtype=...): reinterpreting dtypes is not supported")
+        view = self._with([(int(st), int(n)) for st, n in pattern], self.offset + int(offset))
+        lo, hi = view.to_ap().extent()
+        if lo < 0 or hi > self.spec.size:
+            raise _oob(f"access pattern {list(map(list, view.dims))} at offset {view.offset} reaches elements "
+                       f"{lo}..{hi - 1} of a tensor of {self.spec.size}", self)
+        return view
+
+    def view(self, dtype) -> "NkiTensor":
+        """This tensor as ``dtype``; only the tensor's own dtype (reinterpreting bits is not modelled)."""
+        if as_dtype(dtype) != self.dtype:
+            raise NotImplementedError(f"view({dtype}): reinterpreting {self.spec.dtype} bits as another dtype "
+                                      "is not supported by the nkihub simulator")
+        return self
+
+    # -- the neuronxcc dialect's tensor methods ---------------------------------------------------------------
+    def broadcast_to(self, shape) -> "NkiTensor":
+        """A new tile of ``shape`` repeating this one along its size-1 dims (``nl.broadcast_to``)."""
+        import nki.language as nl
+        return nl.broadcast_to(self, shape)
+
+    def expand_dims(self, axis) -> "NkiTensor":
+        """Insert a size-1 dim at ``axis``."""
+        return self.expand_dim(axis)
+
+    def astype(self, dtype) -> "NkiTensor":
+        """A copy of this tile cast to ``dtype``."""
+        import nki.language as nl
+        return nl.copy(self, dtype=dtype)
+
+    def assert_shape(self, shape) -> "NkiTensor":
+        """Check this tensor's shape (a kernel-rule error if it differs); returns self."""
+        if tuple(shape) != self.shape:
+            raise _oob(f"expected shape {tuple(shape)}, got {self.shape}", self)
+        return self
 
     # -- writes ------------------------------------------------------------------------------------------
     def __setitem__(self, key, value) -> None:
@@ -202,8 +321,40 @@ class NkiTensor:
 
 
 def _inplace(t: NkiTensor, fn, other) -> None:
+    """``t <op>= other``: one in-place engine instruction for an on-chip tile (so ``acc += x`` inside an
+    affine_range is an associative reduction), else compute then assign."""
+    from nki import isa as nisa
     from nki.language import _assign
+    if fn._nki_op == "add" and _accumulate_matmul(t, other):
+        return
+    if t.spec.on_chip and (not isinstance(other, NkiTensor) or other.spec.on_chip):
+        if isinstance(other, NkiTensor) and other.shape == t.shape:
+            nisa.tensor_tensor(t, t, other, fn)
+            return
+        if not isinstance(other, NkiTensor) or (other.shape[0] == t.shape[0] and other.size == other.shape[0]):
+            nisa.tensor_scalar(t, t, fn, other)
+            return
     _assign(t, fn(t, other))
+
+
+def _accumulate_matmul(t: NkiTensor, other) -> bool:
+    """``psum_tile += nisa.nc_matmul(a, b)`` (the neuronxcc idiom): retarget the matmul that just produced
+    ``other`` to accumulate into ``t`` instead, as the compiler does; True when done."""
+    from simulator.isa import ACCUMULATE, MATMUL, opdef
+    from simulator.validate import check_instruction
+    b = tracing.current()
+    if b is None or not isinstance(other, NkiTensor) or t.buffer != "psum" or not b.program.instructions:
+        return False
+    last = b.program.instructions[-1]
+    cats = opdef(last.opcode).categories
+    if not (MATMUL in cats and ACCUMULATE in cats) or last.dst.get("dst") != other.to_ap() \
+            or other.shape != t.shape:
+        return False
+    last.dst = {"dst": t.to_ap()}
+    last.attrs["accumulate"] = True
+    check_instruction(last, b.program, b.target)
+    b._track_psum(last)
+    return True
 
 
 def _oob(message: str, t: NkiTensor) -> KernelRuleError:

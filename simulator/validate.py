@@ -8,7 +8,8 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from simulator.errors import KernelRuleError
-from simulator.isa import ACCUMULATE, opdef
+from simulator.isa import ACCUMULATE, ELEMENTWISE, opdef
+from simulator.isa.alu import ASSOCIATIVE
 from simulator.program import AccessPattern, Instruction, Program
 from simulator.rules import fail
 
@@ -44,6 +45,13 @@ def validate(program: Program, target, *, rules: bool = True) -> None:
     _dataflow(program)
 
 
+def _in_place_reduction(ins: Instruction, role: str, ap: AccessPattern) -> bool:
+    """``t += x`` in an affine_range: an elementwise instruction reading exactly the view it writes with an
+    associative operator is a reduction, not a loop-carried dependency (as NKI documents)."""
+    return role not in ins.dst and ap in ins.dst.values() and ELEMENTWISE in opdef(ins.opcode).categories \
+        and ins.attrs.get("op", ins.attrs.get("op0")) in ASSOCIATIVE
+
+
 def _dataflow(program: Program) -> None:
     stamps: dict[str, np.ndarray] = {}
     for name, spec in program.tensors.items():
@@ -67,7 +75,8 @@ def _dataflow(program: Program) -> None:
             if st is None:
                 continue
             view = _view(st, ap)
-            exempt_carry = accumulating and role in ins.dst and ACCUMULATE in row.categories
+            exempt_carry = (accumulating and role in ins.dst and ACCUMULATE in row.categories) or \
+                _in_place_reduction(ins, role, ap)
             # An accumulating destination is read too: accumulating onto memory nothing wrote would add
             # whatever the buffer held (NaN here, stale data on the hardware).
             missing = int(np.count_nonzero(view == UNWRITTEN))

@@ -280,3 +280,9 @@ def bn_aggr(dst, data, name=None):
     _tile(dst, "dst"), _tile(data, "data")
     emit("bn_aggr", "vector", {"dst": dst}, {"data": data})
     return dst
+
+
+from nki.isa.extra import (dma_transpose, dropout, max8, nc_find_index8, nc_match_replace8,  # noqa: E402,F401
+                           nc_n_gather, nc_stream_shuffle, range_select, rng, scalar_tensor_tensor,
+                           select_reduce, set_rng_seed, tensor_partition_reduce, tensor_scalar_reduce,
+                           tensor_tensor_scan)

@@ -74,7 +74,9 @@ class _TileSize:
     psum_num_banks = property(lambda self: self._t.psum_banks)
     psum_bank_fmax_bytes = property(lambda self: self._t.psum_bank_bytes)
     psum_bank_fmax = property(lambda self: self._t.psum_bank_bytes // 4)
-    psum_fmax = property(lambda self: self._t.psum_bytes_per_partition // 4)
+    # NKI 0.4+ documents psum_fmax as the fp32 elements of one PSUM bank per partition (deprecated alias
+    # of psum_bank_fmax), not the whole PSUM.
+    psum_fmax = property(lambda self: self._t.psum_bank_bytes // 4)
     psum_min_align = property(lambda self: 4)
     sbuf_min_align = property(lambda self: 64)
     sbuf_fmax_bytes = property(lambda self: self._t.sbuf_bytes_per_partition)
@@ -196,6 +198,8 @@ def device_print(print_prefix, tensor) -> None:
 
 def _assign(dst: NkiTensor, value) -> None:
     """``dst[...] = value``: a copy (DMA for HBM, Vector Engine on chip) or a memset for a number."""
+    if isinstance(value, NkiTensor) and value.to_ap() == dst.to_ap():
+        return  # ``t[k] += x`` assigns the updated view to itself
     if not isinstance(value, NkiTensor):
         nisa.memset(dst, value)
     elif dst.spec.on_chip and value.spec.on_chip:

@@ -42,7 +42,11 @@ def _engine_cost(ins, program, target, inputs: int, *, fast=False, perf=1):
 def operand(ins, src, name: str, default=None):
     """A scalar operand: a ``[P, 1]`` column from ``src`` or an immediate from ``attrs``."""
     if name in src:
-        return f32(src[name])
+        a = f32(src[name])
+        nd = len(next(iter(ins.dst.values())).shape) if ins.dst else a.ndim
+        # A [P] or [P, 1] column broadcasts along every free axis of an N-D result (numpy would align it
+        # with the last axis instead).
+        return a.reshape(a.shape[0], *([1] * (nd - 1))) if nd > 1 and a.size == a.shape[0] else a
     value = ins.attrs.get(name, default)
     return None if value is None else np.float32(value)
 

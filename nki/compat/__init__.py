@@ -1,0 +1,22 @@
+"""The ``neuronxcc.nki`` dialect (NKI as shipped in neuronx-cc, SDK 2.20-2.27) as a translation layer over
+nkihub's ``nki``: ``import neuronxcc.nki as nki`` resolves here when the real neuronx-cc is not installed
+(see ``neuronxcc/nki.py``). Kernels written for it run unmodified on the same simulator and instruction
+table as the current dialect.
+
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.language as nl
+    import neuronxcc.nki.isa as nisa
+"""
+from nki.compat import compiler, isa, language, typing  # noqa: F401
+from nki.compat.kernel import (BenchmarkResult, CompatKernel, LatencyResult, baremetal, benchmark, jit,  # noqa: F401
+                               profile, simulate_kernel)
+from nki.tensor import NkiTensor as tensor  # noqa: F401  (``nki.tensor``: the tensor class)
+
+
+def trace(func=None, **kwargs):
+    """``@nki.trace`` (2.20 examples): the same as ``nki.jit``."""
+    return jit(func, **kwargs)
+
+
+__all__ = ["baremetal", "benchmark", "compiler", "isa", "jit", "language", "profile", "simulate_kernel",
+           "tensor", "trace", "typing"]

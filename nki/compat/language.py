@@ -1,0 +1,222 @@
+"""``neuronxcc.nki.language`` (old nl): the current ``nki.language`` plus the old dialect's
+``mask=`` keyword, ``nl.arange``/``nl.mgrid`` indices, ``nl.par_dim`` block dims before the partition dim,
+and ``nl.nc``/``nl.spmd_dim`` launch grids. Every function translates onto the same ``nki.language`` /
+``nki.isa`` calls; nothing here executes anything.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+
+import numpy as np
+
+import nki.language as _nl
+from nki import isa as _nisa
+from nki.compat.affine import PendingView, Predicate, arange, mgrid, resolve, restrict  # noqa: F401
+from nki.language import *  # noqa: F401,F403  (the names both dialects share)
+from nki.language import (bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32, hbm, int8, int16,  # noqa: F401
+                          int32, private_hbm, psum, sbuf, shared_hbm, tfloat32, tile_size, uint8, uint16,
+                          uint32)
+from nki.tensor import NkiTensor
+
+from nki.compat.affine import affine_index as _affine_index
+
+if _affine_index not in NkiTensor.index_hooks:
+    NkiTensor.index_hooks.append(_affine_index)  # t[i_p, i_f] with nl.arange/nl.mgrid indices
+
+
+class par_dim(int):
+    """``nl.par_dim(128)``: marks the partition dim of a tile shape whose leading dims are block dims."""
+
+
+class nc(int):
+    """``nl.nc(n)``: a launch-grid dim spread over n NeuronCores (simulated one program at a time)."""
+
+
+def spmd_dim(*dims) -> int:
+    """``nl.spmd_dim(nl.nc(2), 4)``: one launch-grid dim of the product of its sizes."""
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
+class _Min:
+    def __init__(self, dtype):
+        self.min = float(np.finfo(dtype).min) if dtype != "bfloat16" else -3.3895313892515355e+38
+
+
+fp32 = _Min(np.float32)
+bfp16 = _Min("bfloat16")
+
+
+def finfo(dtype):
+    """numpy's finfo of an nl float dtype."""
+    import ml_dtypes
+    dt = np.dtype(dtype)
+    return ml_dtypes.finfo(dt) if dt.kind == "V" or "bfloat" in dt.name or "float8" in dt.name else np.finfo(dt)
+
+
+# -- tensors with block dims --------------------------------------------------------------------------------
+def _split(shape):
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    k = next((i for i, s in enumerate(shape) if isinstance(s, par_dim)), 0)
+    return k, (shape[k],) + shape[:k] + shape[k + 1:]
+
+
+def _block_view(t: NkiTensor, k: int) -> NkiTensor:
+    """The storage [P, B..., F...] seen as [B..., P, F...]; size-1 block dims get stride 0 so that
+    indexing them never looks like indexing the partition dim."""
+    if k == 0:
+        return t
+    dims = t.dims
+    blocks = tuple((st if n != 1 else 0, n) for st, n in dims[1:k + 1])
+    return NkiTensor(t.spec, t.offset, blocks + (dims[0],) + dims[k + 1:])
+
+
+def ndarray(shape, dtype, *, buffer=None, name=None, **kwargs):
+    """A new tensor; ``nl.par_dim`` in ``shape`` marks the partition dim after leading block dims."""
+    k, storage = _split(shape)
+    return _block_view(_nl.ndarray(storage, dtype, buffer=buffer, name=name), k)
+
+
+def full(shape, fill_value, dtype, *, buffer=None, name=None, **kwargs):
+    """A new on-chip tile (block dims allowed) filled with ``fill_value``."""
+    k, storage = _split(shape)
+    return _block_view(_nl.full(storage, fill_value, dtype, buffer=buffer, name=name), k)
+
+
+def zeros(shape, dtype, *, buffer=None, name=None, **kwargs):
+    """A new on-chip tile of zeros (block dims allowed)."""
+    return full(shape, 0, dtype, buffer=buffer, name=name)
+
+
+def ones(shape, dtype, *, buffer=None, name=None, **kwargs):
+    """A new on-chip tile of ones (block dims allowed)."""
+    return full(shape, 1, dtype, buffer=buffer, name=name)
+
+
+def zeros_like(a, dtype=None, *, buffer=None, name=None, **kwargs):
+    """Zeros with ``a``'s shape."""
+    return zeros(a.shape, dtype or a.dtype, buffer=buffer or a.buffer, name=name)
+
+
+def empty_like(a, dtype=None, *, buffer=None, name=None, **kwargs):
+    """An uninitialised tensor with ``a``'s shape."""
+    return ndarray(a.shape, dtype or a.dtype, buffer=buffer or a.buffer, name=name)
+
+
+# -- masked calls -------------------------------------------------------------------------------------------
+def _call(fn, args, kwargs, mask):
+    """Run a tile-returning ``nl`` function under ``mask``: operands are restricted to the mask's ranges;
+    the result is a full-size tile whose masked region holds the values (one extra copy)."""
+    if mask is None:
+        return fn(*[resolve(a) for a in args], **{k: resolve(v) for k, v in kwargs.items()})
+    if not isinstance(mask, Predicate):
+        raise TypeError(f"mask= takes a predicate of index expressions (e.g. i_p < n), got {mask!r}")
+    ranges = mask.ranges()
+    first = next((a for a in args if isinstance(a, (NkiTensor, PendingView))), None)
+    small = fn(*[restrict(a, ranges) for a in args], **{k: restrict(v, ranges) for k, v in kwargs.items()})
+    if first is None or not isinstance(small, NkiTensor) or small.shape == first.shape:
+        return small
+    full_t = _nl.ndarray(first.shape, small.dtype, buffer=small.buffer, name=small.name)
+    region = restrict(full_t, ranges)
+    if region.shape != small.shape:
+        return small
+    _nl._assign(region, small)
+    return full_t
+
+
+def _masked(fn):
+    params = inspect.signature(fn).parameters
+
+    @functools.wraps(fn)
+    def wrapper(*args, mask=None, **kwargs):
+        kwargs = {k: v for k, v in kwargs.items() if k in params}  # old-only options (compute_dtype, ...)
+        return _call(fn, args, kwargs, mask)
+    wrapper.__doc__ = (fn.__doc__ or "") + "\n\n``mask=``: an index predicate restricting the computed region."
+    return wrapper
+
+
+_g = globals()
+for _name in list(_nl._UNARY) + list(_nl._BINARY) + ["reciprocal", "logical_not", "invert", "where", "max",
+                                                      "min", "mean", "sum", "prod", "var", "all", "softmax",
+                                                      "transpose", "matmul", "dropout", "gather_flattened"]:
+    _g[_name] = _masked(getattr(_nl, _name))
+
+
+def load(src, *, mask=None, dtype=None, **kwargs):
+    """Load HBM view ``src`` into a new SBUF tile; with ``mask`` only the masked region is loaded."""
+    if mask is None:
+        return _nl.load(resolve(src), dtype=dtype)
+    ranges = mask.ranges()
+    t = _nl.ndarray(src.shape, dtype or src.dtype, buffer=sbuf, name="load")
+    part = restrict(src, ranges)
+    _nisa.dma_copy(dst=restrict(t, ranges), src=part) if not part.spec.on_chip else \
+        _nisa.tensor_copy(restrict(t, ranges), part)
+    return t
+
+
+def store(dst, value, *, mask=None, **kwargs):
+    """Store tile ``value`` into HBM view ``dst`` (only the masked region with ``mask``)."""
+    _nl.store(resolve(dst, mask), resolve(value, mask))
+
+
+def load_transpose2d(src, *, mask=None, dtype=None, **kwargs):
+    """Load 2-D HBM view src [K, M] transposed into a new SBUF tile [M, K]."""
+    return _nl.load_transpose2d(resolve(src, mask), dtype=dtype)
+
+
+def copy(src, *, mask=None, dtype=None, **kwargs):
+    """A copy of tile ``src`` in a new SBUF tile."""
+    return _call(_nl.copy, (src,), {"dtype": dtype}, mask)
+
+
+def broadcast_to(src, *, shape, **kwargs):
+    """Broadcast tile ``src`` to ``shape``."""
+    return _nl.broadcast_to(resolve(src), shape)
+
+
+def shared_constant(constant, dtype=None, **kwargs):
+    """An HBM tensor holding a host array known at trace time."""
+    return _nl.shared_constant(constant, dtype=dtype)
+
+
+def shared_identity_matrix(n, dtype=np.float32, **kwargs):
+    """An n x n identity matrix in HBM."""
+    return _nl.shared_identity_matrix(n, dtype=dtype)
+
+
+def rand(shape, dtype=np.float32, **kwargs):
+    """A new SBUF tile of uniform random values in [0, 1)."""
+    return _nl.rand(shape, dtype)
+
+
+def random_seed(seed, *, mask=None, **kwargs):
+    """Seed the random generator."""
+    _nl.random_seed(seed)
+
+
+def device_print(prefix, x, *, mask=None, **kwargs):
+    """Print ``x`` when the simulator reaches this point."""
+    _nl.device_print(prefix, resolve(x, mask))
+
+
+def program_id(axis):
+    """Index of this program instance along launch-grid ``axis``."""
+    return _nl.program_id(axis)
+
+
+def affine_range(*args, **kwargs):
+    """``range`` whose iterations are independent (unrolled at trace time)."""
+    return _nl.affine_range(*args)
+
+
+def sequential_range(*args, **kwargs):
+    """``range`` whose iterations may carry values (unrolled at trace time)."""
+    return _nl.sequential_range(*args)
+
+
+def static_range(*args):
+    """``range`` fully unrolled."""
+    return _nl.static_range(*args)

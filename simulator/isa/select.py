@@ -1,0 +1,142 @@
+"""Selection instructions of the Vector Engine: select_reduce, range_select, and the top-8 family
+(max8, nc_find_index8, nc_match_replace8) used for top-k sampling and MoE routing.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator import cost_rules as cr
+from simulator.isa import alu
+from simulator.isa.base import ELEMENTWISE, REDUCE, f32, fit, free_elems, register, store
+from simulator.isa.elementwise import _act_rules, _engine_cost, _reduce_into, operand
+from simulator.rules import COMPUTE_RULES, fail, partitions, same_free_size, same_partitions
+
+TOP = 8  # the top-8 instructions always produce 8 values per partition
+
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    return a.reshape(a.shape[0], -1)
+
+
+def _select_reduce(ins, src, dst, ctx):
+    """dst = on_true where predicate (reversed by ``reverse_pred``) else on_false (a tile, an immediate or
+    a [P, 1] column); with ``reduce_res`` the result is also reduced along the free axes."""
+    out = dst["dst"]
+    pred = fit(src["predicate"], out.shape) != 0
+    if ins.attrs.get("reverse_pred"):
+        pred = ~pred
+    on_false = fit(f32(src["on_false"]), out.shape) if "on_false" in src and \
+        src["on_false"].size == out.size else operand(ins, src, "on_false")
+    y = np.where(pred, fit(f32(src["on_true"]), out.shape), on_false).astype(np.float32)
+    store(out, y)
+    _reduce_into(ins, src, dst, y)
+
+
+register("select_reduce", engines={"vector"}, execute=_select_reduce,
+         cost=lambda ins, p, t: _engine_cost(ins, p, t, 2),
+         rules=COMPUTE_RULES + (same_partitions("dst", "predicate", "on_true", "on_false"),
+                                same_free_size("dst", "on_true"), same_free_size("dst", "predicate"), _act_rules),
+         categories={ELEMENTWISE, REDUCE}, reads_dst=lambda ins: ins.attrs.get("reduce_cmd") == "reduce")
+
+
+def _gen3_only(ins, program, target):
+    if target.nc_version == "gen2":
+        raise fail("target-support", f"{ins.opcode} is available on NeuronCore-v3 and newer, not on "
+                   f"{target.name}", ins, program, "dst")
+
+
+def _range_select(ins, src, dst, ctx):
+    """idx = range_start + free index; dst = on_true_tile where comp_op0(idx, bound0) and
+    comp_op1(idx, bound1) else on_false_value; the result is reduced with reduce_op into reduce_res."""
+    out = dst["dst"]
+    p, n = out.shape[0], free_elems(out.shape)
+    idx = np.float32(ins.attrs.get("range_start", 0.0)) + np.arange(n, dtype=np.float32)[None, :]
+    b0 = operand(ins, src, "bound0")
+    b1 = operand(ins, src, "bound1")
+    b0 = b0.reshape(p, 1) if np.ndim(b0) else b0
+    b1 = b1.reshape(p, 1) if np.ndim(b1) else b1
+    pred = (alu.alu(ins.attrs["comp_op0"])(idx, b0) != 0) & (alu.alu(ins.attrs["comp_op1"])(idx, b1) != 0)
+    y = np.where(pred, _rows(fit(f32(src["on_true_tile"]), out.shape)),
+                 np.float32(ins.attrs.get("on_false_value", 0.0))).astype(np.float32)
+    store(out, y.reshape(out.shape))
+    _reduce_into(ins, src, dst, y)
+
+
+register("range_select", engines={"vector"}, execute=_range_select,
+         cost=lambda ins, p, t: _engine_cost(ins, p, t, 1),
+         rules=COMPUTE_RULES + (same_partitions("dst", "on_true_tile", "bound0", "bound1"),
+                                same_free_size("dst", "on_true_tile"), _act_rules, _gen3_only),
+         categories={ELEMENTWISE, REDUCE}, reads_dst=lambda ins: ins.attrs.get("reduce_cmd") == "reduce")
+
+
+def _top8_rules(*roles):
+    def rule(ins, program, target):
+        for role in roles:
+            ap = ins.dst.get(role) or ins.src.get(role)
+            if ap is not None and ap.size // max(1, partitions(ap)) != TOP:
+                raise fail("top8-shape", f"'{role}' holds {TOP} elements per partition", ins, program, role)
+        data = ins.src.get("data") or ins.src.get("src")
+        if data.size // max(1, partitions(data)) < TOP:
+            raise fail("top8-shape", f"the input holds at least {TOP} elements per partition", ins, program,
+                       "data" if "data" in ins.src else "src")
+    rule.__doc__ = f"Operands {', '.join(roles)} hold {TOP} elements per partition."
+    return rule
+
+
+def _top8_cost(ins, program, target):
+    data = ins.src.get("data") or ins.src.get("src")
+    return cr.seconds(cr.vector_cycles(data.size // max(1, partitions(data))), target, "vector")
+
+
+def _max8(ins, src, dst, ctx):
+    """dst[p, 0:8] = the 8 largest values of src[p] in descending order."""
+    x = _rows(f32(src["src"]))
+    store(dst["dst"], -np.sort(-x, axis=1)[:, :TOP].reshape(dst["dst"].shape))
+
+
+register("max8", engines={"vector"}, execute=_max8, cost=_top8_cost,
+         rules=COMPUTE_RULES + (same_partitions("dst", "src"), _top8_rules("dst")), categories={REDUCE})
+
+
+def _first_index(x: np.ndarray, vals: np.ndarray, missing: int) -> np.ndarray:
+    """Per partition, the first flat index of each of vals[p, k] in x[p] (``missing`` when absent)."""
+    hit = x[:, None, :] == vals[:, :, None]
+    return np.where(hit.any(axis=2), hit.argmax(axis=2), missing)
+
+
+def _missing(dtype: np.dtype) -> int:
+    # Not documented: a value that is not found reports the largest index the dst dtype holds.
+    return int(np.iinfo(dtype).max) if dtype.kind in "iu" else -1
+
+
+def _find_index8(ins, src, dst, ctx):
+    """dst[p, k] = the first index in data[p] (flattened free axes) equal to vals[p, k]."""
+    out = dst["dst"]
+    idx = _first_index(_rows(f32(src["data"])), _rows(f32(src["vals"])), _missing(out.dtype))
+    out[...] = idx.reshape(out.shape).astype(out.dtype)
+
+
+register("nc_find_index8", engines={"vector"}, execute=_find_index8, cost=_top8_cost,
+         rules=COMPUTE_RULES + (same_partitions("dst", "data", "vals"), _top8_rules("dst", "vals")),
+         categories={REDUCE})
+
+
+def _match_replace8(ins, src, dst, ctx):
+    """dst = data with the first occurrence of each vals[p, k] replaced by ``imm``; the optional
+    ``dst_idx`` receives those indices (as nc_find_index8)."""
+    out = dst["dst"]
+    x = _rows(f32(src["data"])).copy()
+    idx = _first_index(x, _rows(f32(src["vals"])), -1)
+    rows = np.repeat(np.arange(x.shape[0])[:, None], TOP, axis=1)
+    found = idx >= 0
+    x[rows[found], idx[found]] = np.float32(ins.attrs["imm"])
+    store(out, x.reshape(out.shape))
+    if "dst_idx" in dst:
+        d = dst["dst_idx"]
+        d[...] = np.where(found, idx, _missing(d.dtype)).reshape(d.shape).astype(d.dtype)
+
+
+register("nc_match_replace8", engines={"vector"}, execute=_match_replace8, cost=_top8_cost,
+         rules=COMPUTE_RULES + (same_partitions("dst", "data", "vals", "dst_idx"), same_free_size("dst", "data"),
+                                _top8_rules("vals", "dst_idx")),
+         categories={ELEMENTWISE})
