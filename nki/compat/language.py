@@ -135,13 +135,18 @@ def _masked(fn):
         kwargs = {k: v for k, v in kwargs.items() if k in params}  # old-only options (compute_dtype, ...)
         return _call(fn, args, kwargs, mask)
     wrapper.__doc__ = (fn.__doc__ or "") + "\n\n``mask=``: an index predicate restricting the computed region."
+    del wrapper.__wrapped__  # the signature below is the old dialect's, not the wrapped function's
+    wrapper.__signature__ = inspect.Signature(list(params.values()) + [
+        inspect.Parameter("mask", inspect.Parameter.KEYWORD_ONLY, default=None),
+        inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)])
     return wrapper
 
 
 _g = globals()
 for _name in list(_nl._UNARY) + list(_nl._BINARY) + ["reciprocal", "logical_not", "invert", "where", "max",
                                                       "min", "mean", "sum", "prod", "var", "all", "softmax",
-                                                      "transpose", "matmul", "dropout", "gather_flattened"]:
+                                                      "transpose", "matmul", "dropout", "gather_flattened",
+                                                      "rms_norm"]:
     _g[_name] = _masked(getattr(_nl, _name))
 
 
@@ -220,3 +225,8 @@ def sequential_range(*args, **kwargs):
 def static_range(*args):
     """``range`` fully unrolled."""
     return _nl.static_range(*args)
+
+
+def expand_dims(data, axis):
+    """A view of ``data`` with a size-1 dim inserted at ``axis``."""
+    return _nl.expand_dims(resolve(data), axis)

@@ -12,7 +12,7 @@ from nki.language.memory import (_assign, broadcast_to, copy, device_print, ds, 
 from nki.language.reductions import matmul, max, mean, min, prod, softmax, sum, transpose
 from nki.tensor import NkiTensor
 from nki.language.extra import (all, dropout, expand_dims, gather_flattened, load_transpose2d,  # noqa: F401
-                                no_reorder, rand, random_seed, shared_constant, shared_identity_matrix, var)
+                                no_reorder, rand, random_seed, rms_norm, shared_constant, shared_identity_matrix, var)
 
 bool_ = _dtype_of("bool_")
 int8, int16, int32 = _dtype_of("int8"), _dtype_of("int16"), _dtype_of("int32")

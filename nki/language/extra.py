@@ -29,6 +29,17 @@ def all(x, axis, dtype=None) -> NkiTensor:  # noqa: A001 (NKI's name)
     return reduce("logical_and", x, axis, dtype)
 
 
+def rms_norm(x, w, axis, n, epsilon=1e-6, dtype=None, compute_dtype=None) -> NkiTensor:
+    """x * rsqrt(sum(x^2, axis) / n + epsilon) * w for tile x [P, F] and weights w ([1, F] or [P, F]
+    tile); fp32 math."""
+    from nki.language.elementwise import multiply, rsqrt
+    from nki.language.memory import broadcast_to
+    ss = reduce("add", square(x, dtype=np.float32), axis, np.float32, keepdims=True)
+    inv = rsqrt(ss * (1.0 / n) + float(epsilon), dtype=np.float32)
+    wt = broadcast_to(w, x.shape) if w.shape != x.shape else w
+    return multiply(multiply(x, inv, dtype=np.float32), wt, dtype=result_dtype(x, dtype=dtype))
+
+
 def expand_dims(x, axis) -> NkiTensor:
     """A view of ``x`` with a size-1 dim inserted at ``axis`` (no data moves)."""
     return x.expand_dim(axis)
@@ -98,4 +109,4 @@ def no_reorder():
 
 
 __all__ = ["all", "dropout", "expand_dims", "gather_flattened", "load_transpose2d", "no_reorder", "rand",
-           "random_seed", "shared_constant", "shared_identity_matrix", "var", "shared_hbm"]
+           "random_seed", "rms_norm", "shared_constant", "shared_identity_matrix", "var", "shared_hbm"]

@@ -1,0 +1,188 @@
+"""The API coverage table: every public name of AWS NKI in both dialects (the inventory
+``nki_api.md`` beside this module, compiled from the public AWS documentation) against this package.
+
+``python -m nki.compat.coverage > docs/api_coverage.md`` regenerates ``docs/api_coverage.md``; a test
+checks the committed table is current and that implemented functions accept the documented parameter
+names (so keyword calls work).
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+INVENTORY = Path(__file__).with_name("nki_api.md")
+
+# Inventory module -> the module of this package that implements it (None: no such module here).
+MODULES = {
+    "nki": "nki", "nki.language": "nki.language", "nki.isa": "nki.isa", "nki.collectives": None,
+    "nki.typing": None, "nki.compiler.kernel_builder": None,
+    "neuronxcc.nki": "nki.compat", "neuronxcc.nki.language": "nki.compat.language",
+    "neuronxcc.nki.isa": "nki.compat.isa", "neuronxcc.nki.compiler": "nki.compat.compiler",
+    "neuronxcc.nki.compiler.sbuf": "nki.compat.compiler:sbuf", "neuronxcc.nki.compiler.psum":
+        "nki.compat.compiler:psum", "neuronxcc.nki.typing": "nki.compat.typing",
+}
+
+_MULTI = "collectives run across NeuronCores/devices; the simulator models one NeuronCore"
+_DYN = "dynamic (register-driven) control flow and addressing; kernels here are traced for static shapes"
+_MX = "MX (microscaling) fp8/fp4 packed formats are not modelled by the numpy executor"
+_HW = "semantics not fully specified in the public documentation; not guessed"
+GAPS = {
+    "nki.collectives": _MULTI, "neuronxcc.nki.language.all_reduce": _MULTI, "nki.isa.sendrecv": _MULTI,
+    "nki.isa.core_barrier": _MULTI,
+    "nki.typing": "the current dialect's nt.tensor annotation is undocumented (guide mention only)",
+    "nki.compiler.kernel_builder": "undocumented (one guide mention, no signature)",
+    "nki.language.dynamic_range": _DYN, "nki.language.fori_loop": _DYN, "nki.language.while_loop": _DYN,
+    "nki.isa.register_alloc": _DYN, "nki.isa.register_load": _DYN, "nki.isa.register_move": _DYN,
+    "nki.isa.register_store": _DYN, "nki.isa.VirtualRegister": _DYN,
+    "neuronxcc.nki.isa.tensor_copy_dynamic_src": _DYN, "neuronxcc.nki.isa.tensor_copy_dynamic_dst": _DYN,
+    "nki.isa.nc_matmul_mx": _MX, "nki.isa.quantize_mx": _MX, "nki.language.float8_e5m2_x4": _MX,
+    "nki.language.float8_e4m3fn_x4": _MX, "nki.language.float4_e2m1fn_x4": _MX,
+    "nki.isa.local_gather": _HW + " (the cross-partition index layout)", "nki.isa.sequence_bounds": _HW,
+    "neuronxcc.nki.isa.local_gather": _HW + " (the cross-partition index layout)",
+    "neuronxcc.nki.isa.sequence_bounds": _HW, "nki.isa.nonzero_with_count": _HW, "nki.isa.topk": _HW,
+    "nki.isa.dma_compute": _HW, "nki.isa.activate2": _HW, "nki.isa.tensor_scalar_cumulative": _HW,
+    "nki.isa.exponential": _HW, "nki.isa.rand2": "random ranges: use nki.isa.rng / nl.rand",
+    "nki.isa.rand_set_state": "the XORWOW state is not modelled (numpy generator); use set_rng_seed",
+    "nki.isa.rand_get_state": "the XORWOW state is not modelled (numpy generator)",
+    "nki.isa.NkiInstruction": "explicit instruction dependencies: the simulator keeps program order",
+    "neuronxcc.nki.language.atomic_rmw": "atomic HBM read-modify-write DMAs are not modelled",
+    "neuronxcc.nki.language.loop_reduce": "deprecated loop reduction; write the reduction with +=",
+    "neuronxcc.nki.language.gemm_grid": "undocumented stub", "neuronxcc.nki.language.gemm_stationary_grid":
+        "undocumented stub", "neuronxcc.nki.language.static_cast": "undocumented stub",
+    "neuronxcc.nki.isa.builtin_custom_op": "custom GpSimd microcode libraries cannot run on the simulator",
+    "neuronxcc.nki.FrameworkKernel": "framework (JAX/torch-xla) integration class of neuronx-cc",
+    "neuronxcc.nki.compiler.sbuf.alloc": "manual allocation: nkihub allocates on-chip tensors itself",
+    "neuronxcc.nki.compiler.psum.alloc": "manual allocation: nkihub allocates on-chip tensors itself",
+    "neuronxcc.nki.compiler.sbuf.mod_alloc": "manual allocation: nkihub allocates on-chip tensors itself",
+    "neuronxcc.nki.compiler.psum.mod_alloc": "manual allocation: nkihub allocates on-chip tensors itself",
+    "nki.language.MemoryRegion": "internal enum of the stub (buffers are nl.sbuf, nl.psum, ...)",
+    "nki.language.NKIObject": "internal base class of the stub", "nki.language.DType": "type alias only",
+    "nki.language.average": "undocumented stub constant",
+    "nki.isa.get_nc_sub_version": "undocumented stub (no API page)",
+    "nki.language.float8_e8m0fnu": "MX scale dtype; not modelled",
+    "nki.language.prelu": "activation constant of activate2 (not implemented)",
+    "nki.language.bypass": "activation constant of activate2 (not implemented)",
+}
+# Names implemented with a documented difference.
+NOTES = {
+    "nki.language.dropout": "kept values are not rescaled; random stream is numpy's, not XORWOW",
+    "nki.language.rand": "uniform [0, 1) from numpy's generator (seeded per run), not XORWOW",
+    "neuronxcc.nki.benchmark": "latency is the cost model's estimate (all percentiles equal)",
+    "neuronxcc.nki.profile": "records the cost model's estimate; writes no NEFF/NTFF files",
+    "neuronxcc.nki.language.nc": "grids over NeuronCores run one program at a time",
+    "nki.language.divide": "supported (the docs list it as unsupported)",
+    "nki.language.tfloat32": "stored as float32; tf32 matmul rounding not modelled",
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One documented name: its dialect, module, name, kind, parameter names and notes."""
+
+    dialect: str
+    module: str
+    name: str
+    kind: str
+    params: tuple | None   # None for non-functions or unknown parameter lists
+    notes: str
+
+
+def _params(text: str):
+    if "?" in text:
+        return None
+    out = []
+    for p in (x.strip() for x in text.split(",")):
+        if not p or p.startswith("*"):
+            continue
+        out.append(p.rstrip("=").strip())
+    return tuple(out)
+
+
+def inventory(path: Path = INVENTORY) -> list[Entry]:
+    """Every name of the inventory, in its order."""
+    entries, dialect, module = [], "", ""
+    for line in path.read_text().splitlines():
+        if line.startswith("## "):
+            dialect = "current" if "Current" in line else "old" if "Old" in line else ""
+        m = re.match(r"### `([\w.]+)`", line)
+        if m:
+            module = m.group(1)
+            continue
+        if not dialect or not module or not line.startswith("| ") or line.startswith(("| function", "| name")):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        fm = re.match(r"([\w]+)\((.*)\)$", cells[0])
+        if fm:
+            kind = "decorator" if "decorator" in (cells[1] if len(cells) > 1 else "") else "function"
+            entries.append(Entry(dialect, module, fm.group(1), kind, _params(fm.group(2)),
+                                 cells[1] if len(cells) > 1 else ""))
+        elif re.match(r"\w+$", cells[0]) and len(cells) >= 2:
+            entries.append(Entry(dialect, module, cells[0], cells[1], None, cells[2] if len(cells) > 2 else ""))
+    return entries
+
+
+def resolve(entry: Entry):
+    """The object implementing ``entry`` here, or None."""
+    target = MODULES.get(entry.module)
+    if target is None:
+        return None
+    mod_name, _, attr = target.partition(":")
+    obj = importlib.import_module(mod_name)
+    if attr:
+        obj = getattr(obj, attr)
+    return getattr(obj, entry.name, None)
+
+
+def missing_params(entry: Entry, obj) -> list[str]:
+    """Documented parameter names ``obj`` does not accept (empty when it takes ``**kwargs``)."""
+    if entry.params is None or not callable(obj):
+        return []
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return []
+    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        return []
+    return [p for p in entry.params if p not in sig.parameters]
+
+
+def rows():
+    """(entry, status, why) for every inventory name."""
+    for e in inventory():
+        key = f"{e.module}.{e.name}"
+        gap = GAPS.get(key) or GAPS.get(e.module)
+        obj = None if MODULES.get(e.module) is None else resolve(e)
+        if obj is None or (gap and key in GAPS):
+            yield e, "gap", gap or "not implemented"
+        else:
+            bad = missing_params(e, obj)
+            yield e, "implemented", ("missing parameters: " + ", ".join(bad)) if bad else NOTES.get(key, "")
+
+
+def render() -> str:
+    """The Markdown table (docs/api_coverage.md)."""
+    out = ["# NKI API coverage", "",
+           "Generated by `python -m nki.compat.coverage > docs/api_coverage.md` from the code and the inventory "
+           "`nki/compat/nki_api.md` (names and parameter names from the public AWS NKI documentation). "
+           "Do not edit by hand.", ""]
+    all_rows = list(rows())
+    for dialect, title in (("current", "Current dialect (`import nki`)"),
+                           ("old", "Old dialect (`import neuronxcc.nki`, a translation layer)")):
+        sel = [r for r in all_rows if r[0].dialect == dialect]
+        done = sum(1 for _, s, _ in sel if s == "implemented")
+        out += [f"## {title}", "", f"{done} of {len(sel)} names implemented.", ""]
+        module = None
+        for e, status, why in sel:
+            if e.module != module:
+                module = e.module
+                out += ["", f"### `{module}`", "", "| name | kind | status | notes |", "|---|---|---|---|"]
+            out.append(f"| `{e.name}` | {e.kind} | {status} | {why} |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(render(), end="")
