@@ -79,7 +79,9 @@ def _matmul_cost(ins, program, target):
 
 
 register("nc_matmul", engines={"tensor"}, execute=_matmul, cost=_matmul_cost,
-         rules=COMPUTE_RULES + (_matmul_rules,), categories={MATMUL, ACCUMULATE},
+         # The matmul rules first: their messages (e.g. the stationary free size) say more than the
+         # generic partition limit the same mistake would also break.
+         rules=(_matmul_rules,) + COMPUTE_RULES, categories={MATMUL, ACCUMULATE},
          reads_dst=lambda ins: bool(ins.attrs.get("accumulate")))
 
 
