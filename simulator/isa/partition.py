@@ -65,7 +65,8 @@ def _shuffle_rules(ins, program, target):
 
 register("nc_stream_shuffle", engines={"vector"}, execute=_shuffle,
          cost=lambda ins, p, t: cr.seconds(cr.vector_cycles(free_elems(ins.src["src"].shape)), t, "vector"),
-         rules=COMPUTE_RULES + (_shuffle_rules,), categories={ELEMENTWISE}, reads_dst=lambda ins: True)
+         rules=COMPUTE_RULES + (_shuffle_rules,), categories={ELEMENTWISE},
+         reads_dst=lambda ins: SHUFFLE_SKIP in ins.attrs["shuffle_mask"])
 
 
 def _dma_transpose(ins, src, dst, ctx):
