@@ -108,9 +108,8 @@ def mlp_layer(kernel) -> type[nn.Module]:
 
         @staticmethod
         def unsupported_reason(module, mode) -> str | None:
-            act = getattr(getattr(module, "config", None), "hidden_act", None)
-            if act not in _GELU_ACTS:
-                return f"activation {act!r} (the kernel fuses the exact GELU only)"
+            if _gelu_reason(module):
+                return _gelu_reason(module)
             w1, b1, w2, b2 = module.fc1.weight, module.fc1.bias, module.fc2.weight, module.fc2.bias
             if b1 is None or b2 is None:
                 return "fc1/fc2 without bias (the kernel takes both biases)"
@@ -164,47 +163,48 @@ def block_layer(kernel) -> type[nn.Module]:
 
             if Mode.TRAINING in mode and (module.dropout.p > 0 or module.attention.attention_dropout > 0):
                 return "dropout in training (the kernel has no dropout)"
-            for reason in (attention_layer_reason(module.attention), mlp_reason(module.mlp)):
+            for reason in (_qkv_bias_reason(module.attention), _gelu_reason(module.mlp)):
                 if reason:
                     return reason
-            w = module.layernorm_before.weight
+            if module.layernorm_before.eps != module.layernorm_after.eps:
+                return "the two LayerNorms have different eps (the kernel takes one)"
+            params, options = block_args(module)
+            w = params[0]
             x = _meta(1, _seq_len(module.attention), w.shape[0], dtype=w.dtype)
-            return _dry_run(lambda: kernel.vit_block(x, **_meta_block_args(module)))
+            return _dry_run(lambda: kernel.vit_block(x, *(_meta(*p.shape, dtype=p.dtype) for p in params),
+                                                     **options))
 
         def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
             if attention_mask is not None:
                 raise ValueError("attention_mask: the kernel-backed ViTLayer takes no mask")
-            return kernel.vit_block(hidden_states, **block_args(self))
+            if self.training and (self.dropout.p > 0 or self.attention.attention_dropout > 0):
+                raise ValueError("dropout: the kernel-backed ViTLayer has no dropout; call model.eval()")
+            params, options = block_args(self)
+            return kernel.vit_block(hidden_states, *params, **options)
 
     return ViTLayer
 
 
-def attention_layer_reason(attention) -> str | None:
+def _qkv_bias_reason(attention) -> str | None:  # the fused kernels take the q/k/v biases
     if attention.q_proj.bias is None:
         return "q/k/v projections without bias (qkv_bias=False)"
     return None
 
 
-def mlp_reason(mlp) -> str | None:
+def _gelu_reason(mlp) -> str | None:
     act = getattr(getattr(mlp, "config", None), "hidden_act", None)
     return None if act in _GELU_ACTS else f"activation {act!r} (the kernel fuses the exact GELU only)"
 
 
-def block_args(layer) -> dict:
-    """The keyword arguments of ``vit_block`` taken from a transformers ``ViTLayer``."""
+def block_args(layer) -> tuple[tuple[torch.Tensor, ...], dict]:
+    """``(params, options)`` for ``vit_block(x, *params, **options)`` from a transformers ``ViTLayer``:
+    the 16 weight tensors in the kernel's PARAM_NAMES order, ``num_heads`` and the LayerNorm ``eps``."""
     a, m = layer.attention, layer.mlp
-    return dict(
-        ln1_weight=layer.layernorm_before.weight, ln1_bias=layer.layernorm_before.bias,
-        q_weight=a.q_proj.weight, q_bias=a.q_proj.bias, k_weight=a.k_proj.weight, k_bias=a.k_proj.bias,
-        v_weight=a.v_proj.weight, v_bias=a.v_proj.bias, o_weight=a.o_proj.weight, o_bias=a.o_proj.bias,
-        ln2_weight=layer.layernorm_after.weight, ln2_bias=layer.layernorm_after.bias,
-        fc1_weight=m.fc1.weight, fc1_bias=m.fc1.bias, fc2_weight=m.fc2.weight, fc2_bias=m.fc2.bias,
-        num_heads=a.num_attention_heads, eps=layer.layernorm_before.eps)
-
-
-def _meta_block_args(layer) -> dict:
-    return {k: _meta(*v.shape, dtype=v.dtype) if isinstance(v, torch.Tensor) else v
-            for k, v in block_args(layer).items()}
+    params = (layer.layernorm_before.weight, layer.layernorm_before.bias, a.q_proj.weight, a.q_proj.bias,
+              a.k_proj.weight, a.k_proj.bias, a.v_proj.weight, a.v_proj.bias, a.o_proj.weight, a.o_proj.bias,
+              layer.layernorm_after.weight, layer.layernorm_after.bias, m.fc1.weight, m.fc1.bias,
+              m.fc2.weight, m.fc2.bias)
+    return params, dict(num_heads=a.num_attention_heads, eps=layer.layernorm_before.eps)
 
 
 _FACTORIES = {"ViTAttention": attention_layer, "ViTMLP": mlp_layer, "ViTLayer": block_layer,

@@ -142,6 +142,13 @@ def _flash_bwd(dtype, b, h, s, d):
             torch.randn(b, h, s), torch.zeros(b, h, s), False, 1 / math.sqrt(d))
 
 
+def _vit_block_args(dtype, *, b, s, d, hidden, heads):
+    shapes = [(d,), (d,)] + [(d, d), (d,)] * 4 + [(d,), (d,), (hidden, d), (hidden,), (d, hidden), (d,)]
+    params = [_rand(*sh, dtype=dtype) * 0.1 for sh in shapes]
+    params[0], params[10] = params[0] + 1, params[10] + 1  # LayerNorm weights near 1
+    return (_rand(b, s, d, dtype=dtype), *params, heads, 1e-6)
+
+
 # op name -> shape cases -> args(dtype). The first case of each op is the quick one; the rest are slow.
 SAMPLES = {
     "layer_norm": [lambda dt: (_rand(4, 32, dtype=dt), _rand(32, dtype=dt), _rand(32, dtype=dt), 1e-5),
@@ -157,7 +164,10 @@ SAMPLES = {
     "vit_attention": [lambda dt: (*_attn(dt, 1, 2, 17, 64), 0.125),
                       lambda dt: (*_attn(dt, 2, 3, 40, 128), 0.09)],
     "gelu_mlp": [lambda dt: (_rand(2, 5, 32, dtype=dt), _rand(64, 32, dtype=dt), _rand(64, dtype=dt),
-                             _rand(32, 64, dtype=dt), _rand(32, dtype=dt))],
+                             _rand(32, 64, dtype=dt), _rand(32, dtype=dt)),
+                 lambda dt: (_rand(130, 64, dtype=dt), _rand(200, 64, dtype=dt), _rand(200, dtype=dt),
+                             _rand(64, 200, dtype=dt), _rand(64, dtype=dt))],
+    "vit_block": [lambda dt: _vit_block_args(dt, b=1, s=5, d=64, hidden=128, heads=2)],
 }
 
 
