@@ -39,9 +39,23 @@ class CompiledKernel:
             return self._executor
 
 
+def _flat(bound: inspect.BoundArguments):
+    """(name, value) of every argument in signature order, ``*args``/``**kwargs`` spread out (the items of
+    ``*xs`` are named ``xs_0``, ``xs_1`` ...): the order kernel inputs are numbered in."""
+    params = bound.signature.parameters
+    for name, value in bound.arguments.items():
+        kind = params[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            yield from ((f"{name}_{i}", v) for i, v in enumerate(value))
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            yield from value.items()
+        else:
+            yield name, value
+
+
 def _signature_key(bound: inspect.BoundArguments):
     parts = []
-    for name, value in bound.arguments.items():
+    for name, value in _flat(bound):
         if is_array(value):
             arr = to_numpy(value)
             parts.append((name, "T", tuple(arr.shape), dtype_name(arr.dtype)))
@@ -109,24 +123,35 @@ class JitKernel:
     def _trace(self, bound: inspect.BoundArguments, target) -> Program:
         b = tracing.Builder(self.fn.__name__, target)
         b.grid = self.grid
-        call = {}
         with b.active():
+            def arg(name, value):
+                if not is_array(value):
+                    return value
+                arr = to_numpy(value)
+                spec = b.new_tensor(arr.shape, dtype_name(arr.dtype), "hbm", kind="input", name=name,
+                                    loc=self._def_loc())
+                b.program.inputs.append(spec.name)
+                return NkiTensor(spec)
+
+            # Rebuild the call from the bound arguments (tensors replaced by handles), keeping *args and
+            # keyword-only parameters where they belong.
+            args, kwargs, P = [], {}, inspect.Parameter
             for name, value in bound.arguments.items():
-                if is_array(value):
-                    arr = to_numpy(value)
-                    spec = b.new_tensor(arr.shape, dtype_name(arr.dtype), "hbm", kind="input", name=name,
-                                        loc=self._def_loc())
-                    b.program.inputs.append(spec.name)
-                    call[name] = NkiTensor(spec)
+                kind = self._sig.parameters[name].kind
+                if kind is P.VAR_POSITIONAL:
+                    args += [arg(f"{name}_{i}", v) for i, v in enumerate(value)]
+                elif kind is P.VAR_KEYWORD:
+                    kwargs.update({k: arg(k, v) for k, v in value.items()})
+                elif kind is P.KEYWORD_ONLY:
+                    kwargs[name] = arg(name, value)
                 else:
-                    call[name] = value
-            bound_call = self._sig.bind_partial(**call)
+                    args.append(arg(name, value))
             ids = list(itertools.product(*(range(g) for g in self.grid))) if self.grid else [()]
             ret = None
             for pid in ids:
                 b.program_ids = pid
                 b._shared_cursor = 0
-                ret = self.fn(*bound_call.args, **bound_call.kwargs)
+                ret = self.fn(*args, **kwargs)
         self._set_outputs(b.program, ret)
         validate(b.program, target, rules=False)
         allocate(b.program, target)
@@ -163,7 +188,7 @@ class JitKernel:
         try:
             compiled = self.specialize(*args, target=target, **kwargs)
             bound = self._bind(args, kwargs)
-            arrays = [v for v in bound.arguments.values() if is_array(v)]
+            arrays = [v for _, v in _flat(bound) if is_array(v)]
             outs = compiled.executor.run([to_numpy(a) for a in arrays])
         except NkiError as exc:
             raise exc.with_traceback(None) from None
