@@ -23,7 +23,7 @@ class Case:
     make: Callable[..., dict]               # make(size, dtype, seed) -> kwargs
     reference: Callable[..., torch.Tensor]  # reference(**kwargs) -> expected output (fp32 math)
     sizes: dict = field(default_factory=dict)   # size name -> size params; "small" is verified
-    baseline: str | None = None             # unfused baseline function in the package, if any
+    baseline: Callable | None = None        # baseline(**kwargs): the same math unfused (estimated only)
 
     def inputs(self, size: str, dtype=torch.bfloat16, seed: int = 0) -> dict:
         """Keyword arguments for one call at ``size`` (a key of ``sizes``)."""
@@ -98,11 +98,41 @@ def _mlp_ref(x, fc1_weight, fc1_bias, fc2_weight, fc2_bias):
     return F.linear(F.gelu(F.linear(a["x"], a["fc1_weight"], a["fc1_bias"])), a["fc2_weight"], a["fc2_bias"])
 
 
+def _unfused_attention(q, k, v):
+    from kernels.library.attention_baseline import unfused_attention
+    return unfused_attention(q, k, v, 1.0 / math.sqrt(q.shape[-1]))
+
+
+# -- ViT block: a randomly initialised transformers ViTLayer is both the parameters and the reference ----
+def _vit_layer_make(p, dtype, seed):
+    from transformers import ViTConfig
+    from transformers.models.vit.modeling_vit import ViTLayer
+
+    torch.manual_seed(seed)
+    config = ViTConfig(hidden_size=p["D"], num_attention_heads=p["H"], intermediate_size=4 * p["D"],
+                       attn_implementation="eager")
+    layer = ViTLayer(config).eval()
+    return {"layer": layer, "x": _randn((p["B"], p["S"], p["D"]), dtype, _gen(seed))}
+
+
+def _vit_layer_ref(layer, x):
+    with torch.no_grad():
+        out = layer.float()(x.float())
+    return out[0] if isinstance(out, tuple) else out
+
+
+def _vit_block_unfused(layer, x):
+    from kernels.library.vit_block import layer_params
+    from kernels.library.vit_block.unfused import vit_block_unfused
+    params = tuple(p.to(x.dtype).contiguous() for p in layer_params(layer))
+    return vit_block_unfused(x, params, layer.attention.config.num_attention_heads, layer.layernorm_before.eps)
+
+
 CASES: dict[str, Case] = {c.repo: c for c in [
     Case("neuron/vit-attn", "vit_attention", lambda p, dt, s: _qkv(p, dt, s),
          lambda q, k, v: _sdpa(q, k, v),
          {"small": dict(B=1, H=2, S=197, D=64), "vit-b16": dict(B=8, H=12, S=197, D=64)},
-         baseline="vit_attention_unfused"),
+         baseline=_unfused_attention),
     Case("neuron/flash-attn", "flash_attention", _flash_make,
          lambda q, k, v, causal: _sdpa(q, k, v, causal),
          {"small": dict(B=1, H=2, HKV=1, S=160, D=64, causal=True),
@@ -119,6 +149,9 @@ CASES: dict[str, Case] = {c.repo: c for c in [
          {"small": dict(N=300, D=1000), "large": dict(N=4096, D=2048)}),
     Case("neuron/gelu-mlp", "gelu_mlp", _mlp_make, _mlp_ref,
          {"small": dict(N=197, D=64, H=256), "vit-b16": dict(N=8 * 197, D=768, H=3072)}),
+    Case("neuron/vit-block", "vit_block_from_layer", _vit_layer_make, _vit_layer_ref,
+         {"small": dict(B=1, S=197, D=128, H=2), "vit-b16": dict(B=8, S=197, D=768, H=12)},
+         baseline=_vit_block_unfused),
 ]}
 
 
