@@ -8,7 +8,11 @@ def load_row_vector(vec, rows, dtype=nl.float32):
     """A [rows, F] SBUF tile holding the HBM vector ``vec`` [F] on every partition (one DMA with a zero
     partition stride); used for weights and biases that act along the free dim."""
     f = vec.shape[0]
-    return nl.broadcast_to(vec.reshape((1, f)), (rows, f), dtype=dtype)
+    if rows > 1:
+        return nl.broadcast_to(vec.reshape((1, f)), (rows, f), dtype=dtype)
+    out = nl.ndarray((1, f), dtype=dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=out, src=vec.reshape((1, f)))
+    return out
 
 
 def row_stats(x_tile, rows):
