@@ -59,116 +59,228 @@ def causal_mask(dtype=nl.float32):
     return mask
 
 
-def attend_tile(qT, q0, r, kT, v_sb, sk, causal, mask, dtype):
-    """Attention of one q tile (rows q0..q0+r) against all keys: online softmax over key blocks.
-    Returns (o_acc [r, D] fp32 SBUF unnormalised, row_sum [r, 1], neg_max [r, 1]) fp32; scores are
-    already scaled (qT carries the scale)."""
-    d = v_sb.shape[2]
-    kend = min(sk, q0 + r) if causal else sk
-    nmax = rsum = o_acc = None
-    for b0 in range(0, kend, KEY_BLOCK):
-        bw = min(KEY_BLOCK, kend - b0)
-        s_ps = nl.ndarray((P, KEY_BLOCK), dtype=nl.float32, buffer=nl.psum, name="s_psum")
-        for c0 in range(0, bw, BANK):
-            cw = min(BANK, bw - c0)
-            nisa.nc_matmul(dst=s_ps[:r, c0:c0 + cw], stationary=qT[:, q0:q0 + r],
-                           moving=kT[:, b0 + c0:b0 + c0 + cw])
-        if causal and b0 + bw > q0:
-            # the block holds the diagonal: keys q0.. (local column q0 - b0) get the triangular mask
-            lo = q0 - b0
-            w = bw - lo
-            nisa.tensor_tensor(dst=s_ps[:r, lo:bw], data1=s_ps[:r, lo:bw], data2=mask[:r, :w], op=nl.add)
-        # running max, kept negated so it is the exp bias directly
-        bmax = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="blk_negmax")
-        nisa.tensor_reduce(dst=bmax[:r], op=nl.maximum, data=s_ps[:r, :bw], axis=1, negate=True)
-        if nmax is None:
-            new_max = bmax
-        else:
-            new_max = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="negmax")
-            nisa.tensor_tensor(dst=new_max[:r], data1=nmax[:r], data2=bmax[:r], op=nl.minimum)
-        p_sb = nl.ndarray((P, KEY_BLOCK), dtype=dtype, buffer=nl.sbuf, name="p")
-        bsum = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="blk_sum")
-        nisa.activation(dst=p_sb[:r, :bw], op=nl.exp, data=s_ps[:r, :bw], bias=new_max[:r],
-                        reduce_op=nl.add, reduce_res=bsum[:r])
-        pv = pv_block(p_sb, r, bw, v_sb, b0, d, dtype)
-        if nmax is None:
-            rsum = bsum
-            o_acc = nl.ndarray((P, d), dtype=nl.float32, buffer=nl.sbuf, name="o_acc")
-            nisa.tensor_copy(dst=o_acc[:r], src=pv[:r])
-        else:
-            # alpha = exp(old_max - new_max) rescales what earlier blocks accumulated
-            alpha = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="alpha")
-            nisa.activation(dst=alpha[:r], op=nl.exp, data=nmax[:r], scale=-1.0, bias=new_max[:r])
-            new_sum = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="row_sum")
-            nisa.tensor_scalar(dst=new_sum[:r], data=rsum[:r], op0=nl.multiply, operand0=alpha[:r],
-                               op1=nl.add, operand1=bsum[:r])
-            scaled = nl.ndarray((P, d), dtype=nl.float32, buffer=nl.sbuf, name="o_scaled")
-            nisa.tensor_scalar(dst=scaled[:r], data=o_acc[:r], op0=nl.multiply, operand0=alpha[:r])
-            o_new = nl.ndarray((P, d), dtype=nl.float32, buffer=nl.sbuf, name="o_acc")
-            nisa.tensor_tensor(dst=o_new[:r], data1=scaled[:r], data2=pv[:r], op=nl.add)
-            rsum, o_acc = new_sum, o_new
-        nmax = new_max
-    return o_acc, rsum, nmax
+class Ring:
+    """Rotating buffers: ``slots`` views of one tile [shape[0], slots, *shape[1:]] handed out in turn.
+    Allocated once, so slots never share addresses with other tiles (multi-buffering)."""
+
+    def __init__(self, shape, dtype, buffer, slots, name):
+        self.tile = nl.ndarray((shape[0], slots) + tuple(shape[1:]), dtype=dtype, buffer=buffer, name=name)
+        self.slots, self.i = slots, 0
+
+    def next(self):
+        view = self.tile[:, self.i % self.slots]
+        self.i += 1
+        return view
 
 
-def pv_block(p_sb, r, bw, v_sb, b0, d, dtype):
-    """P [r, bw] (SBUF) @ V[b0:b0+bw] -> PSUM [r, D]: P is transposed 128 keys at a time on the Tensor
-    Engine (four per PSUM bank), copied to SBUF (alternating Vector/Scalar engines to balance them), and
-    multiplied with V accumulating in PSUM."""
-    pv = nl.ndarray((P, d), dtype=nl.float32, buffer=nl.psum, name="pv_psum")
-    for g0 in range(0, bw, BANK):
-        gw = min(BANK, bw - g0)
-        pT_ps = nl.ndarray((P, BANK // P, P), dtype=nl.float32, buffer=nl.psum, name="pT_psum")
-        kts = row_tiles(gw)
-        for i, (s, kc) in enumerate(kts):
-            nisa.nc_transpose(dst=pT_ps[:kc, i, :r], data=p_sb[:r, g0 + s:g0 + s + kc])
-        pT = nl.ndarray((P, BANK // P, P), dtype=dtype, buffer=nl.sbuf, name="pT")
-        full = sum(1 for _, kc in kts if kc == P)
-        eng = nisa.vector_engine if (b0 + g0) // BANK % 2 == 0 else nisa.scalar_engine
+class Block:
+    """One (q tile, key block) step of the online softmax; ``prev`` is the same q tile's previous block."""
+
+    def __init__(self, head, q0, r, b0, bw, prev, last):
+        self.head, self.q0, self.r, self.b0, self.bw, self.prev, self.last = head, q0, r, b0, bw, prev, last
+
+
+def stage_scores(blk, ctx):
+    """Stage A (Tensor, Vector): S = Q K^T for the block (one matmul per PSUM bank), the causal mask on
+    the diagonal, the negated block row max."""
+    r, bw = blk.r, blk.bw
+    blk.s = ctx["s"].next()
+    blk.st = ctx["stats"].next()      # [P, 5] fp32: block -max, running -max, block sum, running sum, alpha
+    for c0 in range(0, bw, BANK):
+        cw = min(BANK, bw - c0)
+        nisa.nc_matmul(dst=blk.s[:r, c0:c0 + cw], stationary=blk.head["qT"][:, blk.q0:blk.q0 + r],
+                       moving=blk.head["kT"][:, blk.b0 + c0:blk.b0 + c0 + cw], accumulate=False)
+    if ctx["causal"] and blk.b0 + bw > blk.q0:
+        lo = blk.q0 - blk.b0      # the diagonal: keys q0.. get the triangular mask
+        nisa.tensor_tensor(dst=blk.s[:r, lo:bw], data1=blk.s[:r, lo:bw], data2=ctx["mask"][:r, :bw - lo], op=nl.add)
+    nisa.tensor_reduce(dst=blk.st[:r, 0:1], op=nl.maximum, data=blk.s[:r, :bw], axis=1, negate=True)
+
+
+def stage_exp(blk, ctx):
+    """Stage B (GpSimd, Scalar): running max, the rescale factor alpha = exp(old max - new max), and
+    P = exp(S - max) with the block row sum fused (Scalar Engine)."""
+    r, st = blk.r, blk.st
+    if blk.prev is None:
+        nmax = st[:r, 0:1]
+    else:
+        nmax = st[:r, 1:2]
+        nisa.tensor_tensor(dst=nmax, data1=blk.prev.nmax, data2=st[:r, 0:1], op=nl.minimum, engine=nisa.gpsimd_engine)
+        nisa.activation(dst=st[:r, 4:5], op=nl.exp, data=blk.prev.nmax, scale=-1.0, bias=nmax)
+    blk.nmax = nmax
+    blk.p = ctx["p"].next()
+    nisa.activation(dst=blk.p[:r, :blk.bw], op=nl.exp, data=blk.s[:r, :blk.bw], bias=nmax, reduce_op=nl.add,
+                    reduce_res=st[:r, 2:3])
+
+
+def stage_pv(blk, ctx):
+    """Stage C (Tensor, Vector/Scalar, GpSimd): P^T by Tensor Engine transposes, four per PSUM bank,
+    copied to SBUF (bank by bank alternating Scalar and Vector engines to balance them), P V accumulated
+    in PSUM, then o = o * alpha + P V and sum = sum * alpha + block sum (the rescales on GpSimd)."""
+    r, d, st = blk.r, ctx["d"], blk.st
+    pv = ctx["pv"].next()
+    kts = row_tiles(blk.bw)
+    groups = [kts[g0:g0 + BANK // P] for g0 in range(0, len(kts), BANK // P)]
+    # all transposes first, then the copies (one per bank), then the matmuls: the Tensor Engine never
+    # waits on a copy while it still has transposes to do
+    banks = []
+    for gi, group in enumerate(groups):
+        pT_ps = ctx["pT_psum"].next()
+        for i, (s, kc) in enumerate(group):
+            nisa.nc_transpose(dst=pT_ps[:kc, i, :r], data=blk.p[:r, s:s + kc])
+        banks.append(pT_ps)
+    copies = []
+    for gi, (group, pT_ps) in enumerate(zip(groups, banks)):
+        pT = ctx["pT"].next()
+        full = sum(1 for _, kc in group if kc == P)
+        eng = nisa.scalar_engine if ctx["copies"] % 2 == 0 else nisa.vector_engine
+        ctx["copies"] += 1
         if full:
             nisa.tensor_copy(dst=pT[:, :full, :r], src=pT_ps[:, :full, :r], engine=eng)
-        if full < len(kts):
-            kc = kts[-1][1]
+        if full < len(group):
+            kc = group[-1][1]
             nisa.tensor_copy(dst=pT[:kc, full, :r], src=pT_ps[:kc, full, :r], engine=eng)
-        for i, (s, kc) in enumerate(kts):
-            key_tile = (b0 + g0 + s) // P
-            nisa.nc_matmul(dst=pv[:r], stationary=pT[:kc, i, :r], moving=v_sb[:kc, key_tile, :])
-    return pv
+        copies.append(pT)
+    first = True
+    for gi, (group, pT) in enumerate(zip(groups, copies)):
+        for i, (s, kc) in enumerate(group):
+            key_tile = (blk.b0 + s) // P
+            nisa.nc_matmul(dst=pv[:r, :d], stationary=pT[:kc, i, :r], moving=blk.head["v"][:kc, key_tile, :],
+                           accumulate=not first)
+            first = False
+    blk.o = ctx["o"].next()
+    if blk.prev is None:
+        nisa.tensor_copy(dst=blk.o[:r], src=pv[:r, :d])
+        blk.rsum = st[:r, 2:3]
+    else:
+        scaled = ctx["o_scaled"].next()
+        nisa.tensor_scalar(dst=scaled[:r], data=blk.prev.o[:r], op0=nl.multiply, operand0=st[:r, 4:5],
+                           engine=nisa.gpsimd_engine)
+        nisa.tensor_tensor(dst=blk.o[:r], data1=scaled[:r], data2=pv[:r, :d], op=nl.add)
+        blk.rsum = st[:r, 3:4]
+        nisa.tensor_scalar(dst=blk.rsum, data=blk.prev.rsum, op0=nl.multiply, operand0=st[:r, 4:5], op1=nl.add,
+                           operand1=st[:r, 2:3], engine=nisa.gpsimd_engine)
+
+
+def stage_out(blk, ctx, out, lse):
+    """After a q tile's last block: out = o / sum (GpSimd), lse = log(sum) - (-max) (Scalar, Vector)."""
+    r, (b, h) = blk.r, blk.head["bh"]
+    o_sb = ctx["o_out"].next()
+    nisa.tensor_scalar(dst=o_sb[:r], data=blk.o[:r], op0=nl.divide, operand0=blk.rsum, engine=nisa.gpsimd_engine)
+    nisa.dma_copy(dst=out[b, h, blk.q0:blk.q0 + r, :], src=o_sb[:r])
+    l_sb = ctx["lse"].next()
+    nisa.activation(dst=l_sb[:r], op=nl.log, data=blk.rsum)
+    nisa.tensor_tensor(dst=l_sb[:r], data1=l_sb[:r], data2=blk.nmax, op=nl.subtract, engine=nisa.gpsimd_engine)
+    nisa.dma_copy(dst=lse[b, h, blk.q0:blk.q0 + r], src=l_sb[:r])
+
+
+def load_head_rows(src, n, dst):
+    """src [n, D] (HBM) -> dst [128, ntiles, D]: one DMA for all full 128-row tiles, one for the rest."""
+    full = n // P
+    if full:
+        nisa.dma_copy(dst=dst[:, :full, :], src=src[:full * P, :].reshape((full, P, src.shape[1])).permute((1, 0, 2)))
+    if n % P:
+        nisa.dma_copy(dst=dst[:n % P, full, :], src=src[full * P:n, :])
 
 
 @nki.jit
 def flash_fwd_kernel(q, k, v, causal, scale):
     """Flash attention forward. q (B, Hq, Sq, D), k/v (B, Hkv, Sk, D) bf16 or fp32 (HBM), Hq % Hkv == 0,
     D <= 128; causal masks key j > query i (top-left aligned, as torch's is_causal). Returns
-    out (B, Hq, Sq, D) in q's dtype and lse (B, Hq, Sq) fp32."""
+    out (B, Hq, Sq, D) in q's dtype and lse (B, Hq, Sq) fp32.
+
+    The (q tile, key block) steps of all heads form one software pipeline: step n issues the scores of
+    step n+2, the exp of step n+1 and P V of step n, so every in-order engine queue has independent work
+    queued behind what it waits for; K/V of the next kv head and Q of the next q head load meanwhile.
+    """
     bsz, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     group = hq // hkv
     dtype = q.dtype
     out = nl.ndarray((bsz, hq, sq, d), dtype=dtype, buffer=nl.shared_hbm)
     lse = nl.ndarray((bsz, hq, sq), dtype=nl.float32, buffer=nl.shared_hbm)
-    mask = causal_mask() if causal else None
-    for b in nl.affine_range(bsz):
-        for hk in nl.affine_range(hkv):
-            k_sb = load_rows(k[b, hk], sk, dtype, "k")
-            v_sb = load_rows(v[b, hk], sk, dtype, "v")
-            kT = transpose_rows(k_sb, sk, dtype, name="kT")
-            for g in nl.affine_range(group):
-                h = hk * group + g
-                q_sb = load_rows(q[b, h], sq, dtype, "q")
-                qT = transpose_rows(q_sb, sq, dtype, scale=scale, name="qT")
-                for q0, r in row_tiles(sq):
-                    o_acc, rsum, nmax = attend_tile(qT, q0, r, kT, v_sb, sk, causal, mask, dtype)
-                    inv = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="inv_sum")
-                    nisa.reciprocal(dst=inv[:r], data=rsum[:r])
-                    o_sb = nl.ndarray((P, d), dtype=dtype, buffer=nl.sbuf, name="o")
-                    nisa.tensor_scalar(dst=o_sb[:r], data=o_acc[:r], op0=nl.multiply, operand0=inv[:r])
-                    nisa.dma_copy(dst=out[b, h, q0:q0 + r, :], src=o_sb[:r])
-                    # lse = max + log(sum) = log(sum) - neg_max
-                    lse_sb = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="lse")
-                    nisa.activation(dst=lse_sb[:r], op=nl.log, data=rsum[:r])
-                    nisa.tensor_tensor(dst=lse_sb[:r], data1=lse_sb[:r], data2=nmax[:r], op=nl.subtract)
-                    nisa.dma_copy(dst=lse[b, h, q0:q0 + r], src=lse_sb[:r])
+    nqt, nkt = len(row_tiles(sq)), len(row_tiles(sk))
+    ctx = {
+        "d": d, "causal": causal, "mask": causal_mask() if causal else None, "copies": 0,
+        "k": Ring((P, nkt, d), dtype, nl.sbuf, 2, "k"), "v": Ring((P, nkt, d), dtype, nl.sbuf, 2, "v"),
+        "q": Ring((P, nqt, d), dtype, nl.sbuf, 2, "q"),
+        "kT": Ring((d, sk), dtype, nl.sbuf, 2, "kT"), "qT": Ring((d, sq), dtype, nl.sbuf, 2, "qT"),
+        "s": Ring((P, KEY_BLOCK), nl.float32, nl.psum, 2, "s_psum"),            # 4 banks
+        "pT_psum": Ring((P, BANK // P, P), nl.float32, nl.psum, 2, "pT_psum"),  # 2 banks
+        "pv": Ring((P, d), nl.float32, nl.psum, 2, "pv_psum"),                  # 1 bank
+        "p": Ring((P, KEY_BLOCK), dtype, nl.sbuf, 3, "p"),
+        "pT": Ring((P, BANK // P, P), dtype, nl.sbuf, 3, "pT"),
+        "stats": Ring((P, 5), nl.float32, nl.sbuf, 6, "stats"),
+        "o": Ring((P, d), nl.float32, nl.sbuf, 6, "o_acc"),
+        "o_scaled": Ring((P, d), nl.float32, nl.sbuf, 2, "o_scaled"),
+        "o_out": Ring((P, d), dtype, nl.sbuf, 3, "o_out"), "lse": Ring((P, 1), nl.float32, nl.sbuf, 3, "lse_sb"),
+    }
+    # PSUM: the transposes of K and Q share one bank (the 8th)
+    tp = Ring((P, BANK), nl.float32, nl.psum, 1, "tp_psum")
+    kv_heads = {}
+
+    def transpose_into(rows, n, dst, scale_by):
+        for c0 in range(0, n, BANK):
+            w = min(BANK, n - c0)
+            t = tp.next()
+            for s0, rr in row_tiles(w):
+                nisa.nc_transpose(dst=t[:d, s0:s0 + rr], data=rows[:rr, (c0 + s0) // P, :])
+            nisa.activation(dst=dst[:, c0:c0 + w], op=nl.copy, data=t[:d, :w], scale=scale_by)
+
+    def head(b, h):
+        hk = h // group
+        if (b, hk) not in kv_heads:
+            k_sb, v_sb, kT = ctx["k"].next(), ctx["v"].next(), ctx["kT"].next()
+            load_head_rows(k[b, hk], sk, k_sb)
+            load_head_rows(v[b, hk], sk, v_sb)
+            transpose_into(k_sb, sk, kT, 1.0)
+            kv_heads[(b, hk)] = {"kT": kT, "v": v_sb}
+        q_sb, qT = ctx["q"].next(), ctx["qT"].next()
+        load_head_rows(q[b, h], sq, q_sb)
+        transpose_into(q_sb, sq, qT, scale)
+        return dict(kv_heads[(b, hk)], qT=qT, bh=(b, h))
+
+    def blocks_of(hd):
+        for q0, r in row_tiles(sq):
+            kend = min(sk, q0 + r) if causal else sk
+            prev = None
+            for b0 in range(0, kend, KEY_BLOCK):
+                bw = min(KEY_BLOCK, kend - b0)
+                prev = Block(hd, q0, r, b0, bw, prev, b0 + bw >= kend)
+                yield prev
+
+    def all_blocks():
+        hds = [(b, h) for b in range(bsz) for h in range(hq)]
+        nxt = head(*hds[0])
+        for i in range(len(hds)):
+            cur = nxt
+            gen = blocks_of(cur)
+            first = next(gen)
+            if i + 1 < len(hds):
+                nxt = head(*hds[i + 1])   # the next head's loads and transposes overlap this head
+            yield first
+            yield from gen
+
+    stream, made = all_blocks(), []
+
+    def blk(n):
+        while len(made) <= n:
+            made.append(next(stream, None))
+        return made[n]
+
+    n = -2
+    while True:
+        a, bb, c = blk(n + 2), blk(n + 1) if n + 1 >= 0 else None, blk(n) if n >= 0 else None
+        if a is None and bb is None and c is None:
+            break
+        if a is not None:
+            stage_scores(a, ctx)
+        if bb is not None:
+            stage_exp(bb, ctx)
+        if c is not None:
+            stage_pv(c, ctx)
+            if c.last:
+                stage_out(c, ctx, out, lse)
+        n += 1
     return out, lse
 
 
