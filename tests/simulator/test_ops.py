@@ -343,6 +343,20 @@ OP_TESTS = {
 }
 
 
+def _extra_rows():
+    """Rows of the issue-7 families (scan, select, partition, random), kept beside this file."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location("_nkihub_op_cases_extra",
+                                                  Path(__file__).with_name("op_cases_extra.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.cases(run_op)
+
+
+OP_TESTS.update(_extra_rows())
+
+
 @pytest.mark.parametrize("opcode", sorted(set(OP_TESTS) & set(OPS)))
 @settings(max_examples=20, deadline=None)
 @given(data=st.data())
