@@ -112,16 +112,12 @@ def stage_exp(blk, ctx):
                     reduce_res=st[:r, 2:3])
 
 
-def stage_pv(blk, ctx):
-    """Stage C (Tensor, Vector/Scalar, GpSimd): P^T by Tensor Engine transposes, four per PSUM bank,
-    copied to SBUF (bank by bank alternating Scalar and Vector engines to balance them), P V accumulated
-    in PSUM, then o = o * alpha + P V and sum = sum * alpha + block sum (the rescales on GpSimd)."""
-    r, d, st = blk.r, ctx["d"], blk.st
-    pv = ctx["pv"].next()
+def stage_transpose(blk, ctx):
+    """Stage C1 (Tensor, Scalar/Vector): P^T by Tensor Engine transposes, four per PSUM bank, copied to
+    SBUF bank by bank, alternating the Scalar and Vector engines to balance them."""
+    r = blk.r
     kts = row_tiles(blk.bw)
     groups = [kts[g0:g0 + BANK // P] for g0 in range(0, len(kts), BANK // P)]
-    # all transposes first, then the copies (one per bank), then the matmuls: the Tensor Engine never
-    # waits on a copy while it still has transposes to do
     banks = []
     for gi, group in enumerate(groups):
         pT_ps = ctx["pT_psum"].next()
@@ -140,6 +136,15 @@ def stage_pv(blk, ctx):
             kc = group[-1][1]
             nisa.tensor_copy(dst=pT[:kc, full, :r], src=pT_ps[:kc, full, :r], engine=eng)
         copies.append(pT)
+    blk.groups, blk.pT = groups, copies
+
+
+def stage_pv(blk, ctx):
+    """Stage C2 (Tensor, Vector, GpSimd): P V accumulated in PSUM, then o = o * alpha + P V and
+    sum = sum * alpha + block sum (the rescales on GpSimd)."""
+    r, d, st = blk.r, ctx["d"], blk.st
+    pv = ctx["pv"].next()
+    groups, copies = blk.groups, blk.pT
     first = True
     for gi, (group, pT) in enumerate(zip(groups, copies)):
         for i, (s, kc) in enumerate(group):
@@ -188,8 +193,8 @@ def flash_fwd_kernel(q, k, v, causal, scale):
     D <= 128; causal masks key j > query i (top-left aligned, as torch's is_causal). Returns
     out (B, Hq, Sq, D) in q's dtype and lse (B, Hq, Sq) fp32.
 
-    The (q tile, key block) steps of all heads form one software pipeline: step n issues the scores of
-    step n+2, the exp of step n+1 and P V of step n, so every in-order engine queue has independent work
+    The (q tile, key block) steps of all heads form one software pipeline: step n issues the P^T
+    transposes of step n, the scores of step n+2, the exp of step n+1 and P V of step n, so every in-order engine queue has independent work
     queued behind what it waits for; K/V of the next kv head and Q of the next q head load meanwhile.
     """
     bsz, hq, sq, d = q.shape
@@ -272,6 +277,9 @@ def flash_fwd_kernel(q, k, v, causal, scale):
         a, bb, c = blk(n + 2), blk(n + 1) if n + 1 >= 0 else None, blk(n) if n >= 0 else None
         if a is None and bb is None and c is None:
             break
+        # per engine queue: Tensor T(n) S(n+2) PV(n); Vector copy(n) max(n+2) o(n); Scalar copy(n) exp(n+1)
+        if c is not None:
+            stage_transpose(c, ctx)
         if a is not None:
             stage_scores(a, ctx)
         if bb is not None:
