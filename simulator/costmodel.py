@@ -26,6 +26,7 @@ from simulator.targets import get_target
 COMPUTE_QUEUES = ("tensor", "vector", "scalar", "gpsimd")
 # Index granularity of the dependency tracker (rows = partitions on chip); not hardware figures.
 COL_BUCKET_BYTES = 2048
+_EPS = 1e-6    # fraction of a transfer or of a bin below which the fluid bandwidth model rounds off
 ROW_BUCKET = 128
 
 
@@ -199,20 +200,12 @@ class _Bandwidth:
         self.skip: list[int] = []   # union-find: next bin whose engine time is not used up
 
     def _grow(self, b: int) -> None:
-        while len(self.pool) <= b:
-            self.skip.append(len(self.pool))
-            self.pool.append(0.0)
-            self.hbm.append(0.0)
-
-    def _next_open(self, b: int) -> int:
-        self._grow(b)
-        root = b
-        while self.skip[root] != root:
-            root = self.skip[root]
-            self._grow(root)
-        while self.skip[b] != root:
-            self.skip[b], b = root, self.skip[b]
-        return root
+        n = len(self.pool)
+        if b >= n:
+            extra = max(b + 1 - n, 4096)
+            self.skip.extend(range(n, n + extra + 1))
+            self.pool.extend([0.0] * (extra + 1))
+            self.hbm.extend([0.0] * (extra + 1))
 
     def transfer(self, t: float, engine_s: float, engines: int, hbm_bytes: float) -> tuple[float, float]:
         """Move data needing ``engine_s`` engine-seconds (at most ``engines`` in parallel) and ``hbm_bytes``
@@ -220,33 +213,40 @@ class _Bandwidth:
         if engine_s <= 0 and hbm_bytes <= 0:
             return t, t
         remaining, first = 1.0, None
-        b = int(t / self.bin)
-        eps = 1e-12
+        size, pool_cap, hbm_cap = self.bin, self.pool_cap, self.hbm_cap
+        pool, hbm, skip = self.pool, self.hbm, self.skip
+        inv_e = 1.0 / engine_s if engine_s > 0 else 0.0
+        inv_h = 1.0 / hbm_bytes if hbm_bytes > 0 else 0.0
+        b = int(t / size)
         while True:
-            b = self._next_open(b)
-            b0 = b * self.bin
-            seg = max(t, b0)
-            dt = b0 + self.bin - seg
-            cap_e = min(engines * dt, self.pool_cap - self.pool[b])
-            cap_h = self.hbm_cap - self.hbm[b]
-            fe = cap_e / engine_s if engine_s > 0 else math.inf
-            fh = cap_h / hbm_bytes if hbm_bytes > 0 else math.inf
-            rate = min(fe, fh)
-            f = min(remaining, rate)
-            if f > eps:
+            self._grow(b + 1)
+            root = b                       # next bin with engine time left (union-find, path halving)
+            while skip[root] != root:
+                skip[root] = skip[skip[root]]
+                root = skip[root]
+            b = root
+            self._grow(b + 1)
+            b0 = b * size
+            seg = t if t > b0 else b0
+            dt = b0 + size - seg
+            fe = min(engines * dt, pool_cap - pool[b]) * inv_e if engine_s > 0 else math.inf
+            fh = (hbm_cap - hbm[b]) * inv_h if hbm_bytes > 0 else math.inf
+            rate = fe if fe < fh else fh
+            f = remaining if remaining < rate else rate
+            if f > _EPS:
                 if first is None:
                     first = seg
-                self.pool[b] += f * engine_s
-                self.hbm[b] += f * hbm_bytes
+                pool[b] += f * engine_s
+                hbm[b] += f * hbm_bytes
                 remaining -= f
-            if self.pool_cap - self.pool[b] <= eps * self.pool_cap:
-                self.skip[b] = b + 1
-                self._grow(b + 1)
-            if remaining <= eps:
+            # Crumbs below _EPS of a bin count as used, so later transfers skip the bin at once.
+            if pool_cap - pool[b] <= _EPS * pool_cap or (dt == size and f <= _EPS and remaining > _EPS):
+                skip[b] = b + 1
+            if remaining <= _EPS:
                 end = seg + dt * (f / rate)
                 # The bin's use counts as packed from its start, so the total never beats the bandwidth.
-                packed = b0 + self.bin * max(self.pool[b] / self.pool_cap, self.hbm[b] / self.hbm_cap)
-                return first, max(end, min(packed, b0 + self.bin))
+                packed = b0 + size * max(pool[b] / pool_cap, hbm[b] / hbm_cap)
+                return first, max(end, min(packed, b0 + size))
             b += 1
 
 

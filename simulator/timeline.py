@@ -13,7 +13,8 @@ LANE_ORDER = ("tensor", "vector", "scalar", "gpsimd")
 @dataclass(frozen=True)
 class Timeline:
     """Per-queue slices of a schedule: ``events`` are (lane, name, start_s, end_s, instruction index,
-    source location text); DMAs appear as a setup slice (descriptor + fixed latency) then a transfer."""
+    source location text); DMAs appear as a setup/wait slice (descriptor, fixed latency, waiting for DMA
+    bandwidth) then a transfer slice."""
 
     kernel: str
     target: str
@@ -29,7 +30,7 @@ class Timeline:
             loc = f"{ins.loc.file}:{ins.loc.line}" if ins.loc else ""
             q = sch.queue[i]
             if sch.xfer_start[i] > sch.start[i]:
-                events.append((q, f"{ins.opcode} (setup)", sch.start[i], sch.xfer_start[i], i, loc))
+                events.append((q, f"{ins.opcode} (setup/wait)", sch.start[i], sch.xfer_start[i], i, loc))
                 events.append((q, ins.opcode, sch.xfer_start[i], sch.end[i], i, loc))
             else:
                 events.append((q, ins.opcode, sch.start[i], sch.end[i], i, loc))
@@ -77,7 +78,7 @@ class Timeline:
         colours = {"tensor": "tab:red", "vector": "tab:blue", "scalar": "tab:green", "gpsimd": "tab:purple"}
         bars: dict = {}
         for lane, name, t0, t1, _, _ in self.events:
-            key = (lane, name.endswith("(setup)"))
+            key = (lane, name.endswith("(setup/wait)"))
             bars.setdefault(key, []).append((t0 * 1e6, max(t1 - t0, 0.0) * 1e6))
         for (lane, setup), spans in bars.items():
             y = lanes.index(lane)

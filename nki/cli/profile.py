@@ -1,0 +1,33 @@
+"""``nki profile FILE.py:KERNEL --shape ...``: print the cost-model report, write trace JSON and PNG."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import nki
+from nki.cli.common import add_kernel_args, load_kernel, make_inputs
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("profile", help="estimate a kernel's time on a target (cost model; nothing runs)")
+    add_kernel_args(p)
+    p.add_argument("--out-dir", default=".", help="where to write KERNEL.TARGET.trace.json and .png")
+    p.add_argument("--json", action="store_true", help="also write the report as KERNEL.TARGET.report.json")
+    p.add_argument("--no-png", action="store_true", help="skip the PNG timeline")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    kernel = load_kernel(args.kernel)
+    arrays, consts = make_inputs(args, random=False)
+    report = nki.profile(kernel, *arrays, target=args.target, **consts)
+    print(report.table())
+    stem = Path(args.out_dir) / f"{report.kernel}.{report.target}"
+    trace = report.timeline.save_perfetto(stem.with_suffix(".trace.json"))
+    print(f"\ntimeline (estimate): {trace}  (open in https://ui.perfetto.dev)")
+    if not args.no_png:
+        print(f"timeline picture: {report.timeline.save_png(stem.with_suffix('.png'))}")
+    if args.json:
+        path = stem.with_suffix(".report.json")
+        report.save_json(path)
+        print(f"report: {path}")
+    return 0

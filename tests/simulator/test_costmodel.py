@@ -1,0 +1,207 @@
+"""The cost model's properties a kernel engineer relies on (no timings of this machine are asserted)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import nki
+from cost_kernels import BF16, arrays, make_matmul, resident_matmul, two_engines
+from simulator import cost_rules as cr
+from simulator.costmodel import schedule
+from simulator.program import AccessPattern, Instruction, Program, TensorSpec
+from simulator.targets import get_target
+
+
+@pytest.fixture(autouse=True)
+def _no_disk_cache(monkeypatch):
+    monkeypatch.setenv("NKI_CACHE_DIR", "off")
+
+
+def _matmul_flops_s(K, M, N, dtype, target):
+    return 2 * K * M * N / get_target(target).tensor_peak_flops[dtype]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(target=st.sampled_from(["trn1", "trn2", "trn3"]), fp32=st.booleans(), hoist=st.booleans(),
+       kt=st.integers(1, 2), mt=st.integers(1, 2), nt=st.integers(1, 2), tile_n=st.sampled_from([128, 512]),
+       extra=st.integers(0, 2), act=st.booleans())
+def test_estimate_never_beats_the_roofline(target, fp32, hoist, kt, mt, nt, tile_n, extra, act):
+    K, M, N = 128 * kt, 128 * mt, tile_n * nt
+    dtype = np.float32 if fp32 else BF16
+    kernel = make_matmul(hoist=hoist, tile_n=tile_n, extra_vector=extra, activation=act)
+    r = nki.profile(kernel, *arrays((K, M), (K, N), dtype=dtype), target=target)
+    tgt = get_target(target)
+    flops_s = _matmul_flops_s(K, M, N, "float32" if fp32 else "bfloat16", target)
+    itemsize = 4 if fp32 else 2
+    hbm_bytes = itemsize * (K * M * (1 if hoist else N // tile_n) + K * N * mt + M * N)
+    assert r.hbm_bytes == hbm_bytes
+    assert r.flops == 2 * K * M * N
+    assert r.latency_s >= flops_s * (1 - 1e-9)
+    assert r.latency_s >= hbm_bytes / tgt.hbm_bytes_per_s * (1 - 1e-9)
+    assert r.latency_s >= r.roofline_s * (1 - 1e-9)
+    assert 0 < r.mfu <= 1 and r.mfu <= r.hfu + 1e-12
+
+
+def test_large_matmul_scales_with_flops_tiny_one_is_overhead_bound():
+    small = nki.profile(resident_matmul, *arrays((512, 1024), (512, 1024)), target="trn2")
+    large = nki.profile(resident_matmul, *arrays((1024, 1024), (1024, 1024)), target="trn2")
+    ratio = large.latency_s / small.latency_s
+    assert 1.6 < ratio <= 2.05, ratio       # twice the flops, about twice the time
+    assert large.bottleneck == "tensor"
+    tiny = nki.profile(resident_matmul, *arrays((128, 128), (128, 512)), target="trn2")
+    assert tiny.latency_s > 20 * _matmul_flops_s(128, 128, 512, "bfloat16", "trn2")
+    assert tiny.latency_s > 2 * cr.DMA_FIXED_LATENCY_S   # a load and a store, each with its fixed latency
+    assert tiny.bottleneck == "dma" and tiny.mfu < 0.1
+
+
+def test_well_tiled_matmul_keeps_the_tensor_engine_busy():
+    r = nki.profile(resident_matmul, *arrays((1024, 1024), (1024, 2048)), target="trn2")
+    assert r.engine_active["tensor"] > 0.6 and r.mfu > 0.6
+
+
+def test_hoisting_loads_out_of_the_inner_loop_lowers_the_estimate():
+    args = arrays((512, 256), (512, 1024))
+    for target in ("trn1", "trn2"):
+        naive = nki.profile(make_matmul(hoist=False), *args, target=target)
+        hoisted = nki.profile(make_matmul(hoist=True), *args, target=target)
+        assert hoisted.latency_s < naive.latency_s
+        assert hoisted.hbm_bytes < naive.hbm_bytes and hoisted.dma_count < naive.dma_count
+
+
+def test_fp32_matmul_is_about_four_times_slower_on_the_tensor_engine():
+    bf = nki.profile(resident_matmul, *arrays((512, 512), (512, 1024)), target="trn2")
+    f32 = nki.profile(resident_matmul, *arrays((512, 512), (512, 1024), dtype=np.float32), target="trn2")
+    assert f32.engine_busy_s["tensor"] / bf.engine_busy_s["tensor"] == pytest.approx(cr.FP32_MATMUL_SLOWDOWN)
+    assert f32.latency_s > 2 * bf.latency_s
+
+
+def test_trn1_and_trn2_differ_as_their_tables_do():
+    args = arrays((512, 512), (512, 1024))
+    r1 = nki.profile(resident_matmul, *args, target="trn1")
+    r2 = nki.profile(resident_matmul, *args, target="trn2")
+    t1, t2 = get_target("trn1"), get_target("trn2")
+    assert r2.engine_busy_s["tensor"] / r1.engine_busy_s["tensor"] == pytest.approx(t1.tensor_clock_hz / t2.tensor_clock_hz)
+    assert r2.engine_busy_s["vector"] / r1.engine_busy_s["vector"] == pytest.approx(t1.vector_clock_hz / t2.vector_clock_hz)
+    assert r1.hbm_bytes == r2.hbm_bytes
+    assert r1.hbm_bandwidth_use == pytest.approx(r1.hbm_bytes / t1.hbm_bytes_per_s / r1.latency_s)
+    # A DMA-bound copy: the faster DMA engines of trn2 finish sooner.
+    copy1 = nki.profile(two_engines, *arrays((128, 8192), (128, 8192)), dependent=False, target="trn1")
+    copy2 = nki.profile(two_engines, *arrays((128, 8192), (128, 8192)), dependent=False, target="trn2")
+    assert copy2.engine_busy_s["dma"] < copy1.engine_busy_s["dma"]
+
+
+def test_independent_engines_overlap_and_dependent_ones_wait():
+    a, b, c, d = (_tile(n, 8192 * k, shape=(128, 1024)) for k, n in enumerate("abcd"))
+
+    def prog(scalar_reads):
+        p = Program("two", {t.name: t for t in (a, b, c, d)}, meta={"target": "trn2"})
+        p.instructions = [
+            Instruction("tensor_scalar", "vector", {"dst": _ap(c)}, {"data": _ap(a)}, {"op0": "add", "operand0": 1.0}),
+            Instruction("activation", "scalar", {"dst": _ap(d)}, {"data": _ap(scalar_reads)}, {"op": "exp"})]
+        return p
+
+    free, dep = schedule(prog(b)), schedule(prog(c))
+    assert free.queue == ["vector", "scalar"]
+    assert free.start == [0.0, 0.0] and free.waits[1] == ()          # both engines run at once
+    assert free.latency_s == pytest.approx(max(free.cost))
+    gap = cr.ACCESS_START_CYCLES / get_target("trn2").scalar_clock_hz
+    assert dep.start[1] == pytest.approx(dep.end[0] + gap)           # waits for the result, then the access
+    assert dep.waits[1] == (0,) and dep.pred[1] == 0                 # a semaphore edge vector -> scalar
+    assert dep.latency_s == pytest.approx(sum(dep.cost) + gap)
+
+
+def test_a_kernel_consumer_waits_for_its_producer():
+    x = np.zeros((128, 512), np.float32)
+    prog = nki.compile(two_engines, x, x, dependent=True, target="trn2")
+    sch = schedule(prog)
+    ops = {ins.opcode: i for i, ins in enumerate(prog.instructions) if ins.engine != "dma"}
+    assert sch.start[ops["activation"]] > sch.end[ops["tensor_scalar"]]
+    loads = [i for i, ins in enumerate(prog.instructions) if ins.opcode == "dma_copy"][:2]
+    assert sch.start[ops["tensor_scalar"]] > sch.end[loads[0]]
+
+
+def _tile(name, address, shape=(128, 64), dtype="float32", buffer="sbuf", kind="internal"):
+    return TensorSpec(name, shape, dtype, buffer, kind, None, address)
+
+
+def _ap(spec):
+    return AccessPattern(spec.name, 0, ((spec.shape[1], spec.shape[0]), (1, spec.shape[1])))
+
+
+def _reuse_program(second_address):
+    a, b, c = _tile("a", 0), _tile("b", 4096), _tile("c", second_address)
+    prog = Program("reuse", {t.name: t for t in (a, b, c)}, meta={"target": "trn2"})
+    prog.instructions = [
+        Instruction("memset", "vector", {"dst": _ap(a)}, {}, {"value": 1.0}),
+        Instruction("activation", "scalar", {"dst": _ap(b)}, {"data": _ap(a)}, {"op": "exp"}),
+        Instruction("memset", "gpsimd", {"dst": _ap(c)}, {}, {"value": 2.0}),
+    ]
+    return prog
+
+
+def test_address_reuse_creates_a_false_dependency():
+    shared = schedule(_reuse_program(0))      # c reuses a's bytes: must wait until the Scalar read ends
+    apart = schedule(_reuse_program(8192))
+    assert shared.start[2] >= shared.end[1]
+    assert 1 in shared.waits[2]
+    assert apart.start[2] == 0.0 and apart.waits[2] == ()
+
+
+def test_partition_halves_are_independent():
+    a = _tile("a", 0)
+    lo = AccessPattern("a", 0, ((64, 64), (1, 64)))
+    hi = AccessPattern("a", 64 * 64, ((64, 64), (1, 64)))
+    prog = Program("halves", {"a": a}, meta={"target": "trn2"})
+    prog.instructions = [Instruction("memset", "vector", {"dst": lo}, {}, {"value": 1.0}),
+                         Instruction("memset", "gpsimd", {"dst": hi}, {}, {"value": 1.0})]
+    s = schedule(prog)
+    assert s.start[1] == 0.0
+
+
+def test_a_chain_of_dependent_tiny_instructions_costs_about_100_cycles_a_link():
+    a = _tile("a", 0, shape=(128, 8))
+    prog = Program("chain", {"a": a}, meta={"target": "trn2"})
+    ap = _ap(a)
+    prog.instructions = [Instruction("memset", "vector", {"dst": ap}, {}, {"value": 1.0})] + [
+        Instruction("tensor_scalar", "vector", {"dst": ap}, {"data": ap}, {"op0": "add", "operand0": 1.0})
+        for _ in range(10)]
+    s = schedule(prog)
+    per_link = (s.end[-1] - s.end[0]) / 10 * get_target("trn2").vector_clock_hz
+    assert 0.7 * cr.DEPENDENT_TINY_CYCLES < per_link < 1.5 * cr.DEPENDENT_TINY_CYCLES
+
+
+def test_switching_the_activation_table_costs_extra():
+    a, b = _tile("a", 0), _tile("b", 4096)
+    def prog(ops):
+        p = Program("act", {"a": a, "b": b}, meta={"target": "trn2"})
+        p.instructions = [Instruction("memset", "vector", {"dst": _ap(a)}, {}, {"value": 1.0})] + [
+            Instruction("activation", "scalar", {"dst": _ap(b)}, {"data": _ap(a)}, {"op": op}) for op in ops]
+        return p
+    same, switch = schedule(prog(["exp", "exp", "exp"])), schedule(prog(["exp", "tanh", "exp"]))
+    extra = cr.ACT_TABLE_LOAD_CYCLES / get_target("trn2").scalar_clock_hz
+    assert switch.latency_s == pytest.approx(same.latency_s + 2 * extra)
+
+
+def test_many_independent_dmas_pipeline_across_queues():
+    """16 small loads and 16 stores in flight together: far less than 32 fixed latencies in a row."""
+
+    @nki.jit
+    def copies(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(x.shape[0] // 128):
+            t = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+            nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)
+        return out
+
+    one = cr.DMA_FIXED_LATENCY_S + cr.DMA_DESCRIPTOR_S
+    r = nki.profile(copies, np.zeros((128 * 16, 16), BF16), target="trn2")
+    assert r.dma_count == 32
+    assert 2 * one < r.latency_s < 4 * one
+    assert r.engine_active["dma"] > 0.9
+
+
+import nki.isa as nisa          # noqa: E402  (used by the kernel above)
+import nki.language as nl       # noqa: E402
