@@ -136,3 +136,12 @@ def flash_attention(q, k, v, causal=False, scale=None):
     """Flash attention: softmax(scale * q k^T) v; see :func:`flash_attention_with_lse` for the shapes.
     Returns out (..., Hq, Sq, D) in q's dtype."""
     return flash_attention_with_lse(q, k, v, causal, scale)[0]
+
+
+# transformers' attention interface: AttentionInterface.register("neuron-fa", transformers_attention)
+# (not a name containing "flash": transformers then tries to import a flash-attention package)
+from kernels.transformers_attention import make_transformers_attention  # noqa: E402
+
+transformers_attention = make_transformers_attention(
+    lambda q, k, v, scale, causal: flash_attention(q, k, v, causal=causal, scale=scale),
+    name="neuron/flash-attn", causal=True, grouped_heads=True)
