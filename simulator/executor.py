@@ -35,6 +35,14 @@ def fill_value(dtype: np.dtype):
     return ml_dtypes.finfo(dtype).max
 
 
+def strided(buf: np.ndarray, offset: int, shape, strides, writeable: bool = True) -> np.ndarray:
+    """A strided view of a flat buffer. Built on an unsigned integer view and cast back, because
+    ``as_strided`` goes through ``__array_interface__``, which loses some ml_dtypes (float8_e5m2 reads
+    back as the unknown type '<f1')."""
+    raw = buf.view(f"u{buf.dtype.itemsize}")
+    return as_strided(raw[offset:], shape, strides, writeable=writeable).view(buf.dtype)
+
+
 class _Workspace:
     """Buffers of the internal tensors of one Program and the operand views bound to them."""
 
@@ -49,7 +57,7 @@ class _Workspace:
         for op in operands:
             role, i, o, shape, strides = op
             if i in self.bufs:
-                fixed[role] = as_strided(self.bufs[i][o:], shape, strides, writeable=writeable)
+                fixed[role] = strided(self.bufs[i], o, shape, strides, writeable)
             else:
                 lazy.append(op)
         return fixed, tuple(lazy)
@@ -139,11 +147,11 @@ class Executor:
                 if src_lazy:
                     src = dict(src)
                     for r, i, o, shape, strides in src_lazy:
-                        src[r] = as_strided(outer[i][o:], shape, strides, writeable=False)
+                        src[r] = strided(outer[i], o, shape, strides, False)
                 if dst_lazy:
                     dst = dict(dst)
                     for r, i, o, shape, strides in dst_lazy:
-                        dst[r] = as_strided(outer[i][o:], shape, strides)
+                        dst[r] = strided(outer[i], o, shape, strides)
                 try:
                     execute(ins, src, dst, ctx)
                 except NkiError:

@@ -194,3 +194,15 @@ def test_concurrent_runs_are_independent():
     for th in threads:
         th.join()
     assert not errors
+
+
+@pytest.mark.parametrize("dtype", ["float8_e5m2", "float8_e4m3fn", "float8_e4m3", "bfloat16", "float4_e2m1fn"])
+def test_strided_views_of_every_ml_dtype(dtype):
+    """Every-other-column views of ml_dtypes buffers (as_strided alone loses float8_e5m2's dtype)."""
+    x = np.array([[1, 2, 3, 4]], np.float32)
+    t = [TensorSpec("x", (1, 4), "float32", "sbuf", "input"), TensorSpec("o", (1, 4), dtype, "sbuf", "output")]
+    half = AccessPattern("o", 0, ((4, 1), (2, 2)))
+    p = program(t, [ins("memset", "vector", {"dst": ap("o", (1, 4))}, {}, value=0.0),
+                    ins("tensor_copy", "vector", {"dst": half}, {"src": AccessPattern("x", 0, ((4, 1), (2, 2)))})],
+                ["x"], ["o"])
+    assert run_program(p, [x])[0].astype(np.float32).tolist() == [[1, 0, 3, 0]]
