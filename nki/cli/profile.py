@@ -21,13 +21,14 @@ def run(args) -> int:
     arrays, consts = make_inputs(args, random=False)
     report = nki.profile(kernel, *arrays, target=args.target, **consts)
     print(report.table())
-    stem = Path(args.out_dir) / f"{report.kernel}.{report.target}"
-    trace = report.timeline.save_perfetto(stem.with_suffix(".trace.json"))
+    out_dir = Path(args.out_dir)
+    stem = f"{report.kernel}.{report.target}"
+    trace = report.timeline.save_perfetto(out_dir / f"{stem}.trace.json")
     print(f"\ntimeline (estimate): {trace}  (open in https://ui.perfetto.dev)")
     if not args.no_png:
-        print(f"timeline picture: {report.timeline.save_png(stem.with_suffix('.png'))}")
+        print(f"timeline picture: {report.timeline.save_png(out_dir / f"{stem}.png")}")
     if args.json:
-        path = stem.with_suffix(".report.json")
+        path = out_dir / f"{stem}.report.json"
         report.save_json(path)
         print(f"report: {path}")
     return 0

@@ -1,0 +1,59 @@
+"""nki.profile / nki.benchmark: cost-model reports, target selection, no numerical execution."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+from simulator.executor import Executor
+from simulator.report import Report
+
+
+@nki.jit
+def double(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch, tmp_path):
+    monkeypatch.setenv("NKI_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("NEURON_PLATFORM_TARGET_OVERRIDE", raising=False)
+
+
+def test_profile_returns_a_report_without_running_the_kernel(monkeypatch):
+    def no_run(*a, **k):
+        raise AssertionError("profile executed the kernel")
+
+    monkeypatch.setattr(Executor, "run", no_run)
+    r = nki.profile(double, np.zeros((128, 512), np.float32))
+    assert isinstance(r, Report) and r.target == "trn2"
+    assert r.latency_s > 0 and r.bottleneck in r.engine_active and r.mfu == 0.0
+    assert r.engine_active["vector"] > 0
+
+
+def test_target_from_argument_else_environment(monkeypatch):
+    x = np.zeros((128, 512), np.float32)
+    assert nki.profile(double, x, target="trn1").target == "trn1"
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn3")
+    assert nki.profile(double, x).target == "trn3"
+    assert nki.benchmark(double, x, target="trn2").target == "trn2"
+    with pytest.raises(ValueError, match="unknown target"):
+        nki.profile(double, x, target="trn9")
+
+
+def test_benchmark_equals_profile():
+    x = np.zeros((128, 256), np.float32)
+    assert nki.benchmark(double, x).latency_s == nki.profile(double, x).latency_s
+
+
+def test_profile_accepts_torch_tensors_and_plain_functions():
+    torch = pytest.importorskip("torch")
+    r = nki.profile(double.fn, torch.zeros(128, 64, dtype=torch.bfloat16), target="trn2")
+    assert r.hbm_bytes == 2 * 128 * 64 * 2
