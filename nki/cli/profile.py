@@ -26,7 +26,8 @@ def run(args) -> int:
     trace = report.timeline.save_perfetto(out_dir / f"{stem}.trace.json")
     print(f"\ntimeline (estimate): {trace}  (open in https://ui.perfetto.dev)")
     if not args.no_png:
-        print(f"timeline picture: {report.timeline.save_png(out_dir / f"{stem}.png")}")
+        png = report.timeline.save_png(out_dir / f"{stem}.png")
+        print(f"timeline picture: {png}")
     if args.json:
         path = out_dir / f"{stem}.report.json"
         report.save_json(path)
