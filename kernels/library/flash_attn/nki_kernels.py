@@ -114,7 +114,7 @@ def stage_exp(blk, ctx):
 
 def stage_transpose(blk, ctx):
     """Stage C1 (Tensor, Scalar/Vector): P^T by Tensor Engine transposes, four per PSUM bank, copied to
-    SBUF bank by bank, alternating the Scalar and Vector engines to balance them."""
+    SBUF bank by bank, two of every three on the Scalar Engine (the Vector Engine also does the row max)."""
     r = blk.r
     kts = row_tiles(blk.bw)
     groups = [kts[g0:g0 + BANK // P] for g0 in range(0, len(kts), BANK // P)]
@@ -128,7 +128,7 @@ def stage_transpose(blk, ctx):
     for gi, (group, pT_ps) in enumerate(zip(groups, banks)):
         pT = ctx["pT"].next()
         full = sum(1 for _, kc in group if kc == P)
-        eng = nisa.scalar_engine if ctx["copies"] % 2 == 0 else nisa.vector_engine
+        eng = nisa.vector_engine if ctx["copies"] % 3 == 2 else nisa.scalar_engine  # 2:1 balances the engines
         ctx["copies"] += 1
         if full:
             nisa.tensor_copy(dst=pT[:, :full, :r], src=pT_ps[:, :full, :r], engine=eng)
@@ -193,9 +193,8 @@ def flash_fwd_kernel(q, k, v, causal, scale):
     D <= 128; causal masks key j > query i (top-left aligned, as torch's is_causal). Returns
     out (B, Hq, Sq, D) in q's dtype and lse (B, Hq, Sq) fp32.
 
-    The (q tile, key block) steps of all heads form one software pipeline: step n issues the P^T
-    transposes of step n, the scores of step n+2, the exp of step n+1 and P V of step n, so every in-order engine queue has independent work
-    queued behind what it waits for; K/V of the next kv head and Q of the next q head load meanwhile.
+    The (q tile, key block) steps of all heads form one software pipeline (see the loop below), so
+    every in-order engine queue has independent work queued behind what it waits for; K/V of the next kv head and Q of the next q head load meanwhile.
     """
     bsz, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
@@ -204,18 +203,21 @@ def flash_fwd_kernel(q, k, v, causal, scale):
     out = nl.ndarray((bsz, hq, sq, d), dtype=dtype, buffer=nl.shared_hbm)
     lse = nl.ndarray((bsz, hq, sq), dtype=nl.float32, buffer=nl.shared_hbm)
     nqt, nkt = len(row_tiles(sq)), len(row_tiles(sk))
+    # heads in flight: the pipeline holds 4 blocks (a head has at least nqt of them) plus the prefetched one
+    q_slots = 2 + -(-4 // nqt)
+    kv_slots = 2 + -(-4 // (nqt * group))
     ctx = {
         "d": d, "causal": causal, "mask": causal_mask() if causal else None, "copies": 0,
-        "k": Ring((P, nkt, d), dtype, nl.sbuf, 2, "k"), "v": Ring((P, nkt, d), dtype, nl.sbuf, 2, "v"),
-        "q": Ring((P, nqt, d), dtype, nl.sbuf, 2, "q"),
-        "kT": Ring((d, sk), dtype, nl.sbuf, 2, "kT"), "qT": Ring((d, sq), dtype, nl.sbuf, 2, "qT"),
+        "k": Ring((P, nkt, d), dtype, nl.sbuf, kv_slots, "k"), "v": Ring((P, nkt, d), dtype, nl.sbuf, kv_slots, "v"),
+        "q": Ring((P, nqt, d), dtype, nl.sbuf, q_slots, "q"),
+        "kT": Ring((d, sk), dtype, nl.sbuf, kv_slots, "kT"), "qT": Ring((d, sq), dtype, nl.sbuf, q_slots, "qT"),
         "s": Ring((P, KEY_BLOCK), nl.float32, nl.psum, 2, "s_psum"),            # 4 banks
         "pT_psum": Ring((P, BANK // P, P), nl.float32, nl.psum, 2, "pT_psum"),  # 2 banks
         "pv": Ring((P, d), nl.float32, nl.psum, 2, "pv_psum"),                  # 1 bank
         "p": Ring((P, KEY_BLOCK), dtype, nl.sbuf, 3, "p"),
-        "pT": Ring((P, BANK // P, P), dtype, nl.sbuf, 3, "pT"),
-        "stats": Ring((P, 5), nl.float32, nl.sbuf, 6, "stats"),
-        "o": Ring((P, d), nl.float32, nl.sbuf, 6, "o_acc"),
+        "pT": Ring((P, BANK // P, P), dtype, nl.sbuf, 2 * (KEY_BLOCK // BANK) + 2, "pT"),
+        "stats": Ring((P, 5), nl.float32, nl.sbuf, 8, "stats"),
+        "o": Ring((P, d), nl.float32, nl.sbuf, 8, "o_acc"),
         "o_scaled": Ring((P, d), nl.float32, nl.sbuf, 2, "o_scaled"),
         "o_out": Ring((P, d), dtype, nl.sbuf, 3, "o_out"), "lse": Ring((P, 1), nl.float32, nl.sbuf, 3, "lse_sb"),
     }
@@ -272,22 +274,25 @@ def flash_fwd_kernel(q, k, v, causal, scale):
             made.append(next(stream, None))
         return made[n]
 
-    n = -2
+    # Software pipeline over the block stream: step n issues the P^T transposes and copies of block
+    # n+1, the scores of n+3, the exp of n+2 and P V of n. Per engine queue that is Tensor T S PV,
+    # Vector copy max o-update, Scalar exp copies: nothing waits on work issued in the same step except
+    # through a full stage of slack.
+    n = -3
     while True:
-        a, bb, c = blk(n + 2), blk(n + 1) if n + 1 >= 0 else None, blk(n) if n >= 0 else None
-        if a is None and bb is None and c is None:
+        blocks = {dist: blk(n + dist) if n + dist >= 0 else None for dist in (0, 1, 2, 3)}
+        if all(b_ is None for b_ in blocks.values()):
             break
-        # per engine queue: Tensor T(n) S(n+2) PV(n); Vector copy(n) max(n+2) o(n); Scalar copy(n) exp(n+1)
-        if c is not None:
-            stage_transpose(c, ctx)
-        if a is not None:
-            stage_scores(a, ctx)
-        if bb is not None:
-            stage_exp(bb, ctx)
-        if c is not None:
-            stage_pv(c, ctx)
-            if c.last:
-                stage_out(c, ctx, out, lse)
+        if blocks[1] is not None:
+            stage_transpose(blocks[1], ctx)
+        if blocks[3] is not None:
+            stage_scores(blocks[3], ctx)
+        if blocks[2] is not None:
+            stage_exp(blocks[2], ctx)
+        if blocks[0] is not None:
+            stage_pv(blocks[0], ctx)
+            if blocks[0].last:
+                stage_out(blocks[0], ctx, out, lse)
         n += 1
     return out, lse
 

@@ -21,7 +21,6 @@ import nki.language as nl
 
 P = 128          # partitions: q rows per tile, keys per P^T tile
 BANK = 512       # fp32 columns of one PSUM bank: keys per score chunk
-IO_SLOTS = 3     # rotating load/store slots: loads run up to two head groups ahead
 AHEAD_SCORES = 3     # pipeline distance of the scores stage (tiles ahead of the P V stage)
 AHEAD_EXP = 1        # pipeline distance of the exp stage
 GROUP_BYTES = 8192   # SBUF bytes per partition of one tensor's head group in one slot
@@ -163,7 +162,10 @@ def vit_attention_kernel(q, k, v, scale):
     nt = len(tiles)
     g = head_group_size(heads, s_len, d, q.itemsize)
     nchunk = (s_len + BANK - 1) // BANK
-    io = {name: Ring((P, nt, g, d), dtype, nl.sbuf, IO_SLOTS, name) for name in ("q", "k", "v", "o")}
+    # load/store slots: head groups in flight (the pipeline holds AHEAD_SCORES + 1 tiles, a group has at
+    # least nt * g of them) plus the group loaded ahead
+    io_slots = 2 + -(-(AHEAD_SCORES + 1) // (nt * g))
+    io = {name: Ring((P, nt, g, d), dtype, nl.sbuf, io_slots, name) for name in ("q", "k", "v", "o")}
     chunks = [(c0, min(BANK, s_len - c0)) for c0 in range(0, s_len, BANK)]
     nchunk = len(chunks)
     cw = psum_width(chunks[0][1])          # columns of one score chunk
