@@ -12,6 +12,8 @@ so the stale contents are never observed and the refill is skipped.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 
 import ml_dtypes
@@ -22,6 +24,53 @@ from simulator.errors import NkiError, SimulationError
 from simulator.isa import ExecContext, opdef
 from simulator.program import Program
 from simulator.targets import get_target
+
+
+_pin_lock = threading.Lock()
+_pin_depth = 0
+_pin_limiter = None
+_blas = None
+
+
+def sim_threads() -> int:
+    """BLAS threads while a Program runs: ``NKIHUB_SIM_THREADS`` (read on each call), default 1;
+    0 leaves BLAS alone. The same variable sets the torch-op pinning of ``kernels``."""
+    return int(os.environ.get("NKIHUB_SIM_THREADS", "1"))
+
+
+@contextlib.contextmanager
+def blas_pinned():
+    """Keep numpy's BLAS on ``sim_threads()`` threads while a Program runs.
+
+    The simulator's matmuls are tile-sized (one instruction is at most 128 x 128 x 512 on trn1/trn2):
+    one BLAS thread is as fast as two, while BLAS threads spinning against torch's OpenMP threads or
+    other processes made replays 5-10x slower when measured on a 2-core machine. Reference counted
+    across Python threads (thread pools are process-wide): the first run in pins, the last one out
+    restores. Needs threadpoolctl; without it BLAS keeps its thread count.
+    """
+    global _pin_depth, _pin_limiter, _blas
+    n = sim_threads()
+    if n <= 0:
+        yield
+        return
+    with _pin_lock:
+        if _blas is None:
+            try:
+                from threadpoolctl import ThreadpoolController
+                _blas = ThreadpoolController().select(user_api="blas")
+            except ImportError:
+                _blas = False
+        _pin_depth += 1
+        if _pin_depth == 1 and _blas:
+            _pin_limiter = _blas.limit(limits=n)
+    try:
+        yield
+    finally:
+        with _pin_lock:
+            _pin_depth -= 1
+            if _pin_depth == 0 and _pin_limiter is not None:
+                limiter, _pin_limiter = _pin_limiter, None
+                limiter.restore_original_limits()
 
 
 def fill_value(dtype: np.dtype):
@@ -143,26 +192,32 @@ class Executor:
         outer = self._outer_buffers(inputs)
         ws = self._take()
         try:
-            for execute, ins, (src, src_lazy), (dst, dst_lazy) in ws.plan:
-                if src_lazy:
-                    src = dict(src)
-                    for r, i, o, shape, strides in src_lazy:
-                        src[r] = strided(outer[i], o, shape, strides, False)
-                if dst_lazy:
-                    dst = dict(dst)
-                    for r, i, o, shape, strides in dst_lazy:
-                        dst[r] = strided(outer[i], o, shape, strides)
-                try:
-                    execute(ins, src, dst, ctx)
-                except NkiError:
-                    raise
-                except Exception as exc:  # a simulator defect or an unchecked rule: say where
-                    raise SimulationError(f"{ins.opcode} failed in the simulator: {exc}", loc=ins.loc) from exc
+            with blas_pinned():
+                self._execute(ws, outer, ctx)
         finally:
             with self._lock:
                 self._pool.append(ws)
         self.last_context = ctx
         return [outer[i].reshape(self._specs[i].shape) for i in self._outputs]
+
+    @staticmethod
+    def _execute(ws: _Workspace, outer: dict, ctx: ExecContext) -> None:
+        """Run every instruction of a workspace's plan, binding input/output views for this run."""
+        for execute, ins, (src, src_lazy), (dst, dst_lazy) in ws.plan:
+            if src_lazy:
+                src = dict(src)
+                for r, i, o, shape, strides in src_lazy:
+                    src[r] = strided(outer[i], o, shape, strides, False)
+            if dst_lazy:
+                dst = dict(dst)
+                for r, i, o, shape, strides in dst_lazy:
+                    dst[r] = strided(outer[i], o, shape, strides)
+            try:
+                execute(ins, src, dst, ctx)
+            except NkiError:
+                raise
+            except Exception as exc:  # a simulator defect or an unchecked rule: say where
+                raise SimulationError(f"{ins.opcode} failed in the simulator: {exc}", loc=ins.loc) from exc
 
 
 def run_program(program: Program, inputs, target=None) -> list[np.ndarray]:

@@ -206,3 +206,22 @@ def test_strided_views_of_every_ml_dtype(dtype):
                     ins("tensor_copy", "vector", {"dst": half}, {"src": AccessPattern("x", 0, ((4, 1), (2, 2)))})],
                 ["x"], ["o"])
     assert run_program(p, [x])[0].astype(np.float32).tolist() == [[1, 0, 3, 0]]
+
+
+def test_blas_is_pinned_while_running_and_restored_after(monkeypatch):
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from simulator import executor
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+
+    before, seen = blas_threads(), []
+    with executor.blas_pinned():
+        seen.append(blas_threads())
+        with executor.blas_pinned():        # nested (another run inside): still pinned
+            seen.append(blas_threads())
+        seen.append(blas_threads())
+    assert all(all(n == 1 for n in s) for s in seen) and blas_threads() == before
+    monkeypatch.setenv("NKIHUB_SIM_THREADS", "0")
+    with executor.blas_pinned():
+        assert blas_threads() == before
