@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from kernels.torch_ops import OpLibrary
+from kernels.torch_ops import OpLibrary, launch
 
 from . import nki_kernels
 
@@ -70,8 +70,8 @@ def check_inputs(q, k, v, causal=False, scale=None) -> float:
 
 
 def _heads(t):
-    """(..., H, S, D) -> contiguous CPU (B, H, S, D) with the leading dims folded into B."""
-    return t.detach().reshape(-1, *t.shape[-3:]).contiguous().cpu()
+    """(..., H, S, D) -> (B, H, S, D) with the leading dims folded into B."""
+    return t.detach().reshape(-1, *t.shape[-3:])
 
 
 def _fake_fwd(q, k, v, causal, scale):
@@ -81,7 +81,7 @@ def _fake_fwd(q, k, v, causal, scale):
 @_lib.op("flash_attention_with_lse", fake=_fake_fwd)
 def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
          scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    out, lse = nki_kernels.flash_fwd_kernel(_heads(q), _heads(k), _heads(v), causal, scale)
+    out, lse = launch(nki_kernels.flash_fwd_kernel, _heads(q), _heads(k), _heads(v), causal, scale)
     return out.reshape(q.shape).to(q.device), lse.reshape(q.shape[:-1]).to(q.device)
 
 
@@ -93,10 +93,9 @@ def _fake_bwd(q, k, v, out, grad_out, lse, grad_lse, causal, scale):
 def _bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, grad_out: torch.Tensor,
          lse: torch.Tensor, grad_lse: torch.Tensor, causal: bool,
          scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    rows = lambda t: t.detach().reshape(-1, *t.shape[-2:]).contiguous().cpu()  # noqa: E731
-    dq, dk, dv = nki_kernels.flash_bwd_kernel(_heads(q), _heads(k), _heads(v), _heads(out),
-                                              _heads(grad_out.to(q.dtype)), rows(lse),
-                                              rows(grad_lse.float()), causal, scale)
+    rows = lambda t: t.detach().reshape(-1, *t.shape[-2:])  # noqa: E731
+    dq, dk, dv = launch(nki_kernels.flash_bwd_kernel, _heads(q), _heads(k), _heads(v), _heads(out),
+                        _heads(grad_out.to(q.dtype)), rows(lse), rows(grad_lse.float()), causal, scale)
     return dq.reshape(q.shape).to(q.device), dk.reshape(k.shape).to(k.device), dv.reshape(v.shape).to(v.device)
 
 

@@ -1,0 +1,93 @@
+"""neuron/flash-attn forward (with lse), causal, GQA/MQA and backward against torch, its ops and errors."""
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from kernels.library.flash_attn import flash_attention, flash_attention_with_lse, ops
+from kernels.library.flash_attn.reference import attention_with_lse
+from kernels.torch_ops import opcheck
+
+TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2}
+
+
+def _rand(shape, dtype, g):
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+@settings(max_examples=6, deadline=None)
+@given(hkv=st.integers(1, 2), group=st.sampled_from([1, 2, 3]), sq=st.sampled_from([1, 37, 128, 197, 300]),
+       sk=st.sampled_from([1, 37, 128, 197, 300]), d=st.sampled_from([64, 128]), causal=st.booleans(),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 2**16))
+def test_forward_matches_reference(hkv, group, sq, sk, d, causal, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    q = _rand((1, hkv * group, sq, d), dtype, g)
+    k, v = _rand((1, hkv, sk, d), dtype, g), _rand((1, hkv, sk, d), dtype, g)
+    out, lse = flash_attention_with_lse(q, k, v, causal=causal)
+    ref_out, ref_lse = attention_with_lse(q, k, v, causal)
+    assert out.dtype == dtype and lse.dtype == torch.float32 and lse.shape == q.shape[:-1]
+    torch.testing.assert_close(out.float(), ref_out.float(), atol=TOL[dtype], rtol=TOL[dtype])
+    torch.testing.assert_close(lse, ref_lse, atol=TOL[dtype], rtol=TOL[dtype])
+
+
+def test_long_keys_online_softmax_gqa():
+    # more keys than one 1024-key block: the running max/sum rescaling path; MQA (one kv head)
+    g = torch.Generator().manual_seed(1)
+    q = _rand((2, 3, 37, 64), torch.float32, g) * 2
+    k, v = _rand((2, 1, 1100, 64), torch.float32, g), _rand((2, 1, 1100, 64), torch.float32, g)
+    out, lse = flash_attention_with_lse(q, k, v, scale=0.2)
+    ref_out, ref_lse = attention_with_lse(q, k, v, False, 0.2)
+    torch.testing.assert_close(out, ref_out, atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(lse, ref_lse, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("shape_q, shape_kv, causal, dtype", [
+    ((1, 2, 197, 64), (1, 1, 197, 64), True, torch.float32),
+    ((1, 2, 37, 128), (1, 2, 130, 128), False, torch.float32),
+    ((2, 1, 150, 64), (2, 1, 150, 64), True, torch.bfloat16),
+])
+def test_gradients_match_torch_autograd(shape_q, shape_kv, causal, dtype):
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (_rand(s, dtype, g).requires_grad_() for s in (shape_q, shape_kv, shape_kv))
+    out, lse = flash_attention_with_lse(q, k, v, causal=causal)
+    w_out, w_lse = torch.randn(out.shape, generator=g), torch.randn(lse.shape, generator=g)
+    grads = torch.autograd.grad((out.float() * w_out).sum() + (lse * w_lse).sum(), (q, k, v))
+    leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    r_out, r_lse = attention_with_lse(*leaves, causal)
+    expected = torch.autograd.grad((r_out * w_out).sum() + (r_lse * w_lse).sum(), leaves)
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    for got, want in zip(grads, expected):
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.float(), want, atol=tol * want.abs().max().item(), rtol=tol)
+
+
+def test_flash_attention_matches_sdpa_causal():
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (_rand((1, 2, 37, 64), torch.float32, g) for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(flash_attention(q, k, v, causal=True), ref, atol=2e-5, rtol=2e-5)
+
+
+def test_opcheck():
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (_rand((1, 2, 37, 64), torch.float32, g) for _ in range(3))
+    opcheck(ops.flash_attention_with_lse, (q, k, v, True, 0.125))
+    out, lse = ops.flash_attention_with_lse(q, k, v, True, 0.125)
+    opcheck(ops.flash_attention_backward, (q, k, v, out, torch.randn_like(out), lse, torch.zeros_like(lse),
+                                           True, 0.125))
+
+
+@pytest.mark.parametrize("args, kwargs, name", [
+    ((torch.randn(37, 64),) * 3, {}, "'q'"),
+    ((torch.randn(1, 2, 37, 64), torch.randn(1, 2, 37, 32), torch.randn(1, 2, 37, 32)), {}, "'k'"),
+    ((torch.randn(1, 2, 37, 256),) * 3, {}, "head dim"),
+    ((torch.randn(1, 3, 37, 64), torch.randn(1, 2, 37, 64), torch.randn(1, 2, 37, 64)), {}, "'k'"),
+    ((torch.randn(1, 2, 37, 64), torch.randn(1, 2, 37, 64), torch.randn(1, 2, 38, 64)), {}, "'v'"),
+    ((torch.randn(2, 2, 37, 64), torch.randn(1, 2, 37, 64), torch.randn(1, 2, 37, 64)), {}, "'k'"),
+    ((torch.randn(1, 2, 37, 64).half(),) * 3, {}, "dtype"),
+    ((torch.randn(1, 2, 37, 64), torch.randn(1, 2, 37, 64).bfloat16(), torch.randn(1, 2, 37, 64)), {}, "'k'"),
+    ((torch.randn(1, 2, 37, 64),) * 3, {"causal": 1}, "'causal'"),
+    ((torch.randn(1, 2, 37, 64),) * 3, {"scale": -0.5}, "'scale'"),
+])
+def test_bad_arguments(args, kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        flash_attention(*args, **kwargs)

@@ -1,0 +1,79 @@
+"""neuron/vit-attn against the torch reference over hypothesis-chosen shapes, its op, gradients and errors."""
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from kernels.library.vit_attn import ops, vit_attention
+from kernels.library.vit_attn.reference import vit_attention as reference
+from kernels.torch_ops import opcheck
+
+TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2}
+
+
+def _qkv(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*shape, generator=g).to(dtype) for _ in range(3)]
+
+
+@settings(max_examples=6, deadline=None)
+@given(b=st.integers(1, 2), h=st.integers(1, 3), s=st.sampled_from([1, 37, 128, 197, 300]),
+       d=st.sampled_from([64, 128]), dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+       seed=st.integers(0, 2**16))
+def test_matches_reference(b, h, s, d, dtype, seed):
+    q, k, v = _qkv((b, h, s, d), dtype, seed)
+    out = vit_attention(q, k, v)
+    assert out.shape == q.shape and out.dtype == dtype
+    torch.testing.assert_close(out.float(), reference(q, k, v).float(), atol=TOL[dtype], rtol=TOL[dtype])
+
+
+def test_long_rows_two_pass_and_scale():
+    # S > 512: the row max comes from a first pass over the PSUM-bank chunks
+    q, k, v = _qkv((1, 1, 600, 64), torch.float32, 3)
+    q = q * 3
+    out = vit_attention(q, k, v, scale=0.3)
+    torch.testing.assert_close(out, reference(q, k, v, 0.3), atol=2e-5, rtol=2e-5)
+
+
+def test_many_short_heads_and_leading_dims():
+    # one-tile heads: the pipeline holds several heads in flight (ring slots must not be overwritten)
+    q, k, v = _qkv((2, 3, 2, 37, 64), torch.float32, 5)
+    torch.testing.assert_close(vit_attention(q, k, v), reference(q, k, v), atol=2e-5, rtol=2e-5)
+
+
+def test_matches_sdpa_and_gradients():
+    q, k, v = [t.requires_grad_() for t in _qkv((1, 2, 37, 64), torch.float32, 7)]
+    out = vit_attention(q, k, v)
+    torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(q, k, v), atol=2e-5,
+                               rtol=2e-5)
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    expected = torch.autograd.grad(ref.square().sum(), (q, k, v))
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_opcheck():
+    q, k, v = _qkv((1, 2, 37, 64), torch.float32)
+    opcheck(ops.vit_attention, (q, k, v, 0.125))
+
+
+@pytest.mark.parametrize("args, name", [
+    ((torch.randn(37, 64), torch.randn(37, 64), torch.randn(37, 64)), "'q'"),           # wrong rank
+    ((torch.randn(1, 2, 37, 96),) * 3, "head dim 96"),                                   # head dim
+    ((torch.randn(1, 2, 37, 64), torch.randn(1, 2, 38, 64), torch.randn(1, 2, 37, 64)), "'k'"),
+    ((torch.randn(1, 2, 37, 64), torch.randn(1, 2, 37, 64), torch.randn(1, 1, 37, 64)), "'v'"),
+    ((torch.randn(1, 2, 37, 64).half(),) * 3, "dtype"),                                  # dtype
+    ((torch.randn(1, 2, 37, 64), torch.randn(1, 2, 37, 64).bfloat16(), torch.randn(1, 2, 37, 64)), "'k'"),
+    ((torch.randn(1, 1, 4097, 64),) * 3, "4096"),                                        # too long
+    ((torch.randn(1, 2, 37, 64), [1.0], torch.randn(1, 2, 37, 64)), "'k'"),
+])
+def test_bad_arguments(args, name):
+    with pytest.raises(ValueError, match=name):
+        vit_attention(*args)
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, float("nan"), "x"])
+def test_bad_scale(scale):
+    q = torch.randn(1, 1, 4, 64)
+    with pytest.raises(ValueError, match="'scale'"):
+        vit_attention(q, q, q, scale=scale)
