@@ -45,7 +45,8 @@ def _vit_block(x: torch.Tensor, ln1_weight: torch.Tensor, ln1_bias: torch.Tensor
               ln2_weight, ln2_bias, fc1_weight, fc1_bias, fc2_weight, fc2_bias)
     x3 = x.detach().reshape(-1, *x.shape[-2:]).contiguous().cpu()
     resident = plan(x.shape[-1], fc1_weight.shape[0], x.element_size())
-    y = common.run(vit_block_kernel, x3, *params, int(num_heads), float(eps), resident)
+    # two images interleaved when weights are resident; one at a time when each stage loads its weights
+    y = common.run(vit_block_kernel, x3, *params, int(num_heads), float(eps), resident, 2 if resident else 1)
     return y.reshape(x.shape).to(x.device)
 
 

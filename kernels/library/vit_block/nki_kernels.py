@@ -64,7 +64,8 @@ class _Lazy:
 
 
 def attention_rows(q_t, k_t, v_rows, s, d, heads, scale, dtype):
-    """Multi-head attention output, row-major: [(tile [rows, d] of ``dtype``, rows)] per 128 queries.
+    """Multi-head attention output, row-major: [(tile [rows, d] of ``dtype``, rows)] per 128 queries
+.
     q_t, k_t: [128, n_d_tiles, s] (feature f on partition f % 128 of tile f // 128); v_rows: row tiles
     [(tile [rows, d], rows)] of V (keys on partitions)."""
     dh = d // heads
@@ -110,14 +111,18 @@ def attention_rows(q_t, k_t, v_rows, s, d, heads, scale, dtype):
 
 
 def _added(a, b, rows, d):
-    """A new fp32 SBUF tile a[:rows] + b[:rows] ([rows, d])."""
+    """A new fp32 SBUF tile a[:rows] + b[:rows] ([rows, d]), on GpSimd (bias + residual, off the busy
+    Vector Engine)."""
     out = nl.ndarray((rows, d), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_tensor(dst=out, data1=a[:rows], data2=b[:rows], op=nl.add)
+    nisa.tensor_tensor(dst=out, data1=a[:rows], data2=b[:rows], op=nl.add, engine=nisa.gpsimd_engine)
     return out
 
 
 def vit_block_image(x, out, b, w, s, d, heads, hidden, eps, scale):
-    """The fused block for image b of x [B, S, D] into out [B, S, D]; ``w`` gives SBUF weights by name."""
+    """The fused block for image b of x [B, S, D] into out [B, S, D]; ``w`` gives SBUF weights by name.
+    A generator: it yields between stages so the caller can interleave the stages of several images in
+    program order; the in-order engine queues then overlap one image's softmax and LayerNorm (Vector,
+    Scalar) with another image's matmuls (Tensor)."""
     dt = x.dtype
     x_rows, xn_rows = [], []
     ln1_w, ln1_b = w["ln1"]
@@ -128,17 +133,21 @@ def vit_block_image(x, out, b, w, s, d, heads, hidden, eps, scale):
         x_rows.append(xt)
         xn_rows.append((normalize_tile(xt, rows, eps, ln1_w, ln1_b, dt), rows))
     xn_t = transposed_rows(xn_rows, d, dt)
+    yield
     q_t = linear_t(xn_t, d, s, *w["q"], d, nl.copy, dt)
     k_t = linear_t(xn_t, d, s, *w["k"], d, nl.copy, dt)
     v_b = w["v_b"]
     v_rows = linear_rows(xn_t, d, s, w["v"], d, lambda i, rows: v_b, dt)
+    yield
     attn = attention_rows(q_t, k_t, v_rows, s, d, heads, scale, dt)
     attn_t = transposed_rows(attn, d, dt)
+    yield
     o_b = w["o_b"]
     h1 = linear_rows(attn_t, d, s, w["o"], d, lambda i, rows: _added(x_rows[i], o_b, rows, d), nl.float32)
     ln2_w, ln2_b = w["ln2"]
     hn = [(normalize_tile(t, rows, eps, ln2_w, ln2_b, dt), rows) for t, rows in h1]
     hn_t = transposed_rows(hn, d, dt)
+    yield
     fc2_b = w["fc2_b"]
     outs = mlp_block(hn_t, d, s, w["fc1"], None, w["fc2"], hidden,
                      lambda i, rows: _added(h1[i][0], fc2_b, rows, d), dt)
@@ -148,10 +157,11 @@ def vit_block_image(x, out, b, w, s, d, heads, hidden, eps, scale):
 
 @nki.jit
 def vit_block_kernel(x, ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, ln2_w, ln2_b, fc1_w, fc1_b,
-                     fc2_w, fc2_b, heads, eps, resident=True):
+                     fc2_w, fc2_b, heads, eps, resident=True, interleave=2):
     """One ViTLayer. x [B, S, D] (bf16/fp32, HBM); Linear weights in torch layout ([out, in]): q/k/v/o
     [D, D], fc1 [H, D], fc2 [D, H]; biases and LayerNorm parameters 1-D; all in x's dtype.
-    Returns [B, S, D] in x's dtype. S <= 2048 (scores of one query tile fit 4 PSUM banks)."""
+    Returns [B, S, D] in x's dtype. S <= 2048 (scores of one query tile fit 4 PSUM banks).
+    ``interleave`` images have their stages interleaved in program order (software pipelining)."""
     n_img, s, d = x.shape
     hidden = fc1_w.shape[0]
     out = nl.ndarray((n_img, s, d), dtype=x.dtype, buffer=nl.shared_hbm)
@@ -159,8 +169,11 @@ def vit_block_kernel(x, ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, ln
     rows = min(TILE_M, s)
     w = load_weights(params, d, rows) if resident else _Lazy(params, d, rows)
     scale = float(d // heads) ** -0.5
-    for b in nl.affine_range(n_img):
-        vit_block_image(x, out, b, w, s, d, heads, hidden, eps, scale)
+    for b0 in nl.affine_range(_cdiv(n_img, interleave)):
+        passes = [vit_block_image(x, out, b, w, s, d, heads, hidden, eps, scale)
+                  for b in range(b0 * interleave, min(n_img, (b0 + 1) * interleave))]
+        while passes:  # round-robin over the images' stages
+            passes = [p for p in passes if next(p, StopIteration) is not StopIteration]
     return out
 
 
