@@ -10,7 +10,7 @@ Environment variables:
 - ``KERNELS_TRUSTED_PUBLISHERS``: comma-separated namespaces trusted without
   ``trust_remote_code`` (default ``neuron``).
 - ``NKIHUB_DEBUG``: ``1`` makes the CLI print tracebacks.
-- ``NKIHUB_SIM_THREADS``: BLAS and torch threads while the simulator runs inside a torch op
+- ``NKIHUB_SIM_THREADS``: BLAS threads while the simulator runs inside a torch op
   (default 1; ``0`` leaves thread pools alone).
 """
 
@@ -72,7 +72,7 @@ def debug() -> bool:
 
 
 def sim_threads() -> int:
-    """Threads allowed to BLAS and torch while a simulated kernel runs inside a torch op (0: don't pin)."""
+    """Threads allowed to BLAS while a simulated kernel runs inside a torch op (0: don't pin)."""
     value = os.environ.get("NKIHUB_SIM_THREADS", "").strip()
     if not value:
         return 1

@@ -4,7 +4,9 @@ A torch model spends most of its time in torch's own (OpenMP) thread pool; when 
 control to the numpy simulator, numpy's BLAS wakes its own pool while torch's threads are still
 spinning, and on a small machine the two pools oversubscribe the cores. The simulator's matmuls are
 tile-sized (at most 128 x 512), where one BLAS thread is as fast as many, so :func:`pinned` limits
-both pools (to ``NKIHUB_SIM_THREADS``, default 1) for the duration of the op and restores them after.
+numpy's BLAS (to ``NKIHUB_SIM_THREADS``, default 1) for the duration of the op and restores it after.
+torch's own pool is left alone: its size is process-wide, and other Python threads (a data loader, a
+second model) keep using it while an op simulates; ``pinned(torch_threads=True)`` pins it as well.
 
 Pinning is process-wide (thread pools are), so it is reference counted: with several Python threads
 inside ops at once, the first one in pins and the last one out restores.
@@ -37,26 +39,28 @@ def blas_threads() -> list[int]:
     return [lib.num_threads for lib in _blas_controller().lib_controllers]
 
 
-def _pin(n: int):
+def _pin(n: int, torch_threads: bool):
     import torch
 
-    torch_threads = torch.get_num_threads()
-    torch.set_num_threads(n)
-    limiter = _blas_controller().limit(limits=n)
-    return torch_threads, limiter
+    before = torch.get_num_threads() if torch_threads else None
+    if torch_threads:
+        torch.set_num_threads(n)
+    return before, _blas_controller().limit(limits=n)
 
 
 def _restore(saved) -> None:
     import torch
 
-    torch_threads, limiter = saved
+    before, limiter = saved
     limiter.restore_original_limits()
-    torch.set_num_threads(torch_threads)
+    if before is not None:
+        torch.set_num_threads(before)
 
 
 @contextmanager
-def pinned(threads: int | None = None):
-    """Limit BLAS and torch to ``threads`` threads (default ``NKIHUB_SIM_THREADS``, 1) inside the block.
+def pinned(threads: int | None = None, *, torch_threads: bool = False):
+    """Limit BLAS (and torch's pool when ``torch_threads``) to ``threads`` threads (default
+    ``NKIHUB_SIM_THREADS``, 1) inside the block; the outermost block's settings apply.
 
     Re-entrant and safe across Python threads; ``threads=0`` (or the variable set to 0) pins nothing.
     """
@@ -72,7 +76,7 @@ def pinned(threads: int | None = None):
         _depth += 1
         if _depth == 1:
             try:
-                _saved = _pin(threads)
+                _saved = _pin(threads, torch_threads)
             except BaseException:
                 _depth -= 1
                 raise

@@ -77,7 +77,7 @@ def test_threads_pinned_inside_the_op_and_restored(monkeypatch):
     before_torch, before_blas = torch.get_num_threads(), threads.blas_threads()
     _seen_threads.clear()
     _toy.ops.scale_add(torch.randn(4, 4), torch.randn(4, 4))
-    assert _seen_threads == [(1, [1] * len(before_blas))]
+    assert _seen_threads == [(before_torch, [1] * len(before_blas))]  # torch's pool is left alone
     assert torch.get_num_threads() == before_torch and threads.blas_threads() == before_blas
     monkeypatch.setenv("NKIHUB_SIM_THREADS", "0")  # 0: leave the pools alone
     _seen_threads.clear()
@@ -86,12 +86,12 @@ def test_threads_pinned_inside_the_op_and_restored(monkeypatch):
 
 
 def test_pinning_is_reentrant():
-    outer = torch.get_num_threads()
-    with threads.pinned(1):
+    outer, outer_blas = torch.get_num_threads(), threads.blas_threads()
+    with threads.pinned(1, torch_threads=True):
         with threads.pinned(1):
-            assert torch.get_num_threads() == 1
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == outer
+            assert torch.get_num_threads() == 1 and set(threads.blas_threads()) == {1}
+        assert torch.get_num_threads() == 1 and set(threads.blas_threads()) == {1}
+    assert torch.get_num_threads() == outer and threads.blas_threads() == outer_blas
 
 
 def test_same_build_twice_shares_ops_and_versions_live_side_by_side():
