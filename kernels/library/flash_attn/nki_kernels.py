@@ -18,6 +18,7 @@ P = 128            # partitions: q rows per tile and keys per P^T tile
 BANK = 512         # fp32 columns in one PSUM bank: keys per S matmul
 KEY_BLOCK = 1024   # keys per online-softmax step (two PSUM banks): amortises the per-step row updates
 NEG = -1.0e30      # additive mask; finite so that masked exp underflows to 0 without inf - inf
+AHEAD_T, AHEAD_E, AHEAD_S = 1, 3, 4   # pipeline distances (blocks ahead of P V) of transposes, exp, scores
 
 
 def row_tiles(n):
@@ -203,9 +204,9 @@ def flash_fwd_kernel(q, k, v, causal, scale):
     out = nl.ndarray((bsz, hq, sq, d), dtype=dtype, buffer=nl.shared_hbm)
     lse = nl.ndarray((bsz, hq, sq), dtype=nl.float32, buffer=nl.shared_hbm)
     nqt, nkt = len(row_tiles(sq)), len(row_tiles(sk))
-    # heads in flight: the pipeline holds 4 blocks (a head has at least nqt of them) plus the prefetched one
-    q_slots = 2 + -(-4 // nqt)
-    kv_slots = 2 + -(-4 // (nqt * group))
+    # heads in flight: the pipeline holds AHEAD_S + 1 blocks (a head has at least nqt) plus the prefetched one
+    q_slots = 2 + -(-(AHEAD_S + 1) // nqt)
+    kv_slots = 2 + -(-(AHEAD_S + 1) // (nqt * group))
     ctx = {
         "d": d, "causal": causal, "mask": causal_mask() if causal else None, "copies": 0,
         "k": Ring((P, nkt, d), dtype, nl.sbuf, kv_slots, "k"), "v": Ring((P, nkt, d), dtype, nl.sbuf, kv_slots, "v"),
@@ -214,9 +215,9 @@ def flash_fwd_kernel(q, k, v, causal, scale):
         "s": Ring((P, KEY_BLOCK), nl.float32, nl.psum, 2, "s_psum"),            # 4 banks
         "pT_psum": Ring((P, BANK // P, P), nl.float32, nl.psum, 2, "pT_psum"),  # 2 banks
         "pv": Ring((P, d), nl.float32, nl.psum, 2, "pv_psum"),                  # 1 bank
-        "p": Ring((P, KEY_BLOCK), dtype, nl.sbuf, 3, "p"),
+        "p": Ring((P, KEY_BLOCK), dtype, nl.sbuf, AHEAD_E - AHEAD_T + 2, "p"),
         "pT": Ring((P, BANK // P, P), dtype, nl.sbuf, 2 * (KEY_BLOCK // BANK) + 2, "pT"),
-        "stats": Ring((P, 5), nl.float32, nl.sbuf, 8, "stats"),
+        "stats": Ring((P, 5), nl.float32, nl.sbuf, AHEAD_S + 4, "stats"),
         "o": Ring((P, d), nl.float32, nl.sbuf, 8, "o_acc"),
         "o_scaled": Ring((P, d), nl.float32, nl.sbuf, 2, "o_scaled"),
         "o_out": Ring((P, d), dtype, nl.sbuf, 3, "o_out"), "lse": Ring((P, 1), nl.float32, nl.sbuf, 3, "lse_sb"),
@@ -275,20 +276,20 @@ def flash_fwd_kernel(q, k, v, causal, scale):
         return made[n]
 
     # Software pipeline over the block stream: step n issues the P^T transposes and copies of block
-    # n+1, the scores of n+3, the exp of n+2 and P V of n. Per engine queue that is Tensor T S PV,
-    # Vector copy max o-update, Scalar exp copies: nothing waits on work issued in the same step except
-    # through a full stage of slack.
-    n = -3
+    # n + AHEAD_T, the scores of n + AHEAD_S, the exp of n + AHEAD_E and P V of block n. Per engine queue
+    # that is Tensor T S PV, Vector copy max o-update, Scalar copies exp: every wait is on work issued at
+    # least one step earlier.
+    n = -AHEAD_S
     while True:
-        blocks = {dist: blk(n + dist) if n + dist >= 0 else None for dist in (0, 1, 2, 3)}
-        if all(b_ is None for b_ in blocks.values()):
+        blocks = {dist: blk(n + dist) if n + dist >= 0 else None for dist in (0, AHEAD_T, AHEAD_E, AHEAD_S)}
+        if n >= 0 and blocks[0] is None:
             break
-        if blocks[1] is not None:
-            stage_transpose(blocks[1], ctx)
-        if blocks[3] is not None:
-            stage_scores(blocks[3], ctx)
-        if blocks[2] is not None:
-            stage_exp(blocks[2], ctx)
+        if blocks[AHEAD_T] is not None:
+            stage_transpose(blocks[AHEAD_T], ctx)
+        if blocks[AHEAD_S] is not None:
+            stage_scores(blocks[AHEAD_S], ctx)
+        if blocks[AHEAD_E] is not None:
+            stage_exp(blocks[AHEAD_E], ctx)
         if blocks[0] is not None:
             stage_pv(blocks[0], ctx)
             if blocks[0].last:
