@@ -92,3 +92,10 @@ def vit_attention(q, k, v, scale=None):
     D in {64, 128}; ``scale`` defaults to 1/sqrt(D). Returns (..., H, S, D) in q's dtype."""
     scale = check_inputs(q, k, v, scale)
     return ops.vit_attention(q, k, v, scale)
+
+
+# transformers' attention interface: AttentionInterface.register("neuron-vit-attn", transformers_attention)
+from kernels.transformers_attention import make_transformers_attention  # noqa: E402
+
+transformers_attention = make_transformers_attention(
+    lambda q, k, v, scale, causal: vit_attention(q, k, v, scale=scale), name="neuron/vit-attn")

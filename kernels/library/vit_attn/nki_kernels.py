@@ -13,7 +13,10 @@ Design (many heads of a short sequence, ViT-B/16 is 12 heads x 197 tokens):
   P transposed on the Tensor Engine and P V accumulated in one PSUM group over all keys. For S > 512 the
   max comes from a first pass over the chunks and the scores are recomputed in the second (the Tensor
   Engine has slack; the Vector Engine does not).
-- Every working buffer rotates over two slots, so consecutive tiles do not wait on each other's reads.
+- The q tiles of all heads form one software pipeline: step n issues the scores of tile n+3, the exp of
+  tile n+1 and P V of tile n, so each in-order engine queue has independent work behind what it waits
+  for. Every working buffer is a ring of slots sized for that distance (PSUM slots packed into banks), so
+  tiles in flight never share addresses.
 """
 import nki
 import nki.isa as nisa
