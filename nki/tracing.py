@@ -6,6 +6,7 @@ carries the kernel source line that made it, found by walking past this project'
 from __future__ import annotations
 
 import contextlib
+import functools
 import contextvars
 import linecache
 import os
@@ -23,13 +24,24 @@ _INTERNAL = tuple(str(_ROOT / pkg) + os.sep for pkg in ("nki", "simulator", "neu
 _current: contextvars.ContextVar["Builder | None"] = contextvars.ContextVar("nki_builder", default=None)
 
 
-def _position(frame) -> tuple[int, int, int | None]:
-    idx = frame.f_lasti // 2
-    for i, pos in enumerate(frame.f_code.co_positions()):
-        if i == idx:
-            line, _, col, end_col = pos
-            return line or frame.f_lineno, col or 0, end_col
-    return frame.f_lineno, 0, None
+@functools.lru_cache(maxsize=None)
+def _positions(code) -> tuple:
+    return tuple(code.co_positions())
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _loc_at(code, lasti: int, lineno: int) -> SourceLoc:
+    # One SourceLoc per bytecode offset: an unrolled loop emits thousands of instructions from one line.
+    positions = _positions(code)
+    idx = lasti // 2
+    line, col, end_col = lineno, 0, None
+    if 0 <= idx < len(positions):
+        p_line, _, p_col, p_end = positions[idx]
+        line, col, end_col = p_line or lineno, p_col or 0, p_end
+    text = linecache.getline(code.co_filename, line).rstrip("\n")
+    if end_col is not None and text and len(text) < end_col:
+        end_col = None  # the expression spans lines: underline from the column to the line's end
+    return SourceLoc(code.co_filename, line, col, end_col, text)
 
 
 def caller_loc() -> SourceLoc | None:
@@ -39,12 +51,7 @@ def caller_loc() -> SourceLoc | None:
         frame = frame.f_back
     if frame is None:
         return None
-    line, col, end_col = _position(frame)
-    filename = frame.f_code.co_filename
-    text = linecache.getline(filename, line)
-    if end_col is not None and text and len(text.rstrip("\n")) < end_col:
-        end_col = None  # the expression spans lines: underline from the column to the line's end
-    return SourceLoc(filename, line, col, end_col, text.rstrip("\n"))
+    return _loc_at(frame.f_code, frame.f_lasti, frame.f_lineno)
 
 
 def current() -> "Builder | None":

@@ -52,12 +52,29 @@ def _in_place_reduction(ins: Instruction, role: str, ap: AccessPattern) -> bool:
         and ins.attrs.get("op", ins.attrs.get("op0")) in ASSOCIATIVE
 
 
+def _last_uses(program: Program) -> dict[str, int]:
+    last: dict[str, int] = {}
+    for idx, ins in enumerate(program.instructions):
+        for ap in (*ins.src.values(), *ins.dst.values()):
+            last[ap.tensor] = idx
+    return last
+
+
 def _dataflow(program: Program) -> None:
+    # Inputs and constants are initialised and never written by the kernel (checked below). Stamps of
+    # the other tensors are made on first touch and dropped after their last use, so memory follows the
+    # live set rather than every tile a long kernel ever made.
+    tracked = {n for n, spec in program.tensors.items() if spec.kind not in ("input", "constant")}
+    keep = set(program.outputs)
+    last_use = _last_uses(program)
     stamps: dict[str, np.ndarray] = {}
-    for name, spec in program.tensors.items():
-        if spec.kind in ("input", "constant"):
-            continue  # never written by the kernel (checked below), always initialised
-        stamps[name] = np.full(spec.size, UNWRITTEN, dtype=np.int32)
+
+    def stamps_of(name: str) -> np.ndarray:
+        st = stamps.get(name)
+        if st is None:
+            st = stamps[name] = np.full(program.tensors[name].size, UNWRITTEN, dtype=np.int32)
+        return st
+
     affine = {lid for lid, lp in program.loops.items() if lp.kind == "affine"}
     iter_start: dict[tuple[int, int], int] = {}
     loop_start: dict[int, int] = {}
@@ -71,10 +88,9 @@ def _dataflow(program: Program) -> None:
         if accumulating:
             reads += list(ins.dst.items())
         for role, ap in reads:
-            st = stamps.get(ap.tensor)
-            if st is None:
+            if ap.tensor not in tracked:
                 continue
-            view = _view(st, ap)
+            view = _view(stamps_of(ap.tensor), ap)
             exempt_carry = (accumulating and role in ins.dst and ACCUMULATE in row.categories) or \
                 _in_place_reduction(ins, role, ap)
             # An accumulating destination is read too: accumulating onto memory nothing wrote would add
@@ -108,11 +124,14 @@ def _dataflow(program: Program) -> None:
                            ins, program, role, ap)
             if spec.kind == "constant":
                 raise fail("write-to-constant", f"writes constant '{ap.tensor}'", ins, program, role, ap)
-            _view(stamps[ap.tensor], ap)[...] = idx
+            _view(stamps_of(ap.tensor), ap)[...] = idx
+        for ap in (*ins.src.values(), *ins.dst.values()):
+            if last_use[ap.tensor] == idx and ap.tensor not in keep:
+                stamps.pop(ap.tensor, None)
     for name in program.outputs:
-        st = stamps.get(name)
-        if st is None:
+        if name not in tracked:
             continue
+        st = stamps_of(name)
         missing = int(np.count_nonzero(st == UNWRITTEN))
         if missing:
             spec = program.tensors[name]
