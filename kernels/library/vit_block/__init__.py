@@ -43,7 +43,7 @@ def _vit_block(x: torch.Tensor, ln1_weight: torch.Tensor, ln1_bias: torch.Tensor
                fc2_weight: torch.Tensor, fc2_bias: torch.Tensor, num_heads: int, eps: float) -> torch.Tensor:
     params = (ln1_weight, ln1_bias, q_weight, q_bias, k_weight, k_bias, v_weight, v_bias, o_weight, o_bias,
               ln2_weight, ln2_bias, fc1_weight, fc1_bias, fc2_weight, fc2_bias)
-    x3 = x.detach().reshape(-1, *x.shape[-2:]).contiguous().cpu()
+    x3 = x.detach().reshape(-1, *x.shape[-2:]).contiguous()
     resident = plan(x.shape[-1], fc1_weight.shape[0], x.element_size())
     # two images interleaved when weights are resident; one at a time when each stage loads its weights
     y = common.run(vit_block_kernel, x3, *params, int(num_heads), float(eps), resident, 2 if resident else 1)
