@@ -30,18 +30,19 @@ def _positions(code) -> tuple:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _loc_at(code, lasti: int, lineno: int) -> SourceLoc:
+def _loc_at(code, filename: str, lasti: int, lineno: int) -> SourceLoc:
     # One SourceLoc per bytecode offset: an unrolled loop emits thousands of instructions from one line.
+    # The file name is part of the key because equal code objects from different files compare equal.
     positions = _positions(code)
     idx = lasti // 2
     line, col, end_col = lineno, 0, None
     if 0 <= idx < len(positions):
         p_line, _, p_col, p_end = positions[idx]
         line, col, end_col = p_line or lineno, p_col or 0, p_end
-    text = linecache.getline(code.co_filename, line).rstrip("\n")
+    text = linecache.getline(filename, line).rstrip("\n")
     if end_col is not None and text and len(text) < end_col:
         end_col = None  # the expression spans lines: underline from the column to the line's end
-    return SourceLoc(code.co_filename, line, col, end_col, text)
+    return SourceLoc(filename, line, col, end_col, text)
 
 
 def caller_loc() -> SourceLoc | None:
@@ -51,7 +52,7 @@ def caller_loc() -> SourceLoc | None:
         frame = frame.f_back
     if frame is None:
         return None
-    return _loc_at(frame.f_code, frame.f_lasti, frame.f_lineno)
+    return _loc_at(frame.f_code, frame.f_code.co_filename, frame.f_lasti, frame.f_lineno)
 
 
 def current() -> "Builder | None":

@@ -365,3 +365,24 @@ def k_psum_accumulate(x, y):
 def test_psum_matmul_accumulation_across_affine_range_is_legal():
     x, y = np.random.default_rng(1).standard_normal((2, 32, 8)).astype(BF16)
     np.testing.assert_allclose(k_psum_accumulate(x, y), x.astype(F32).T @ y.astype(F32), rtol=1e-5, atol=1e-5)
+
+
+def test_identical_kernels_in_two_files_each_point_at_their_own_file(tmp_path):
+    # Code objects of identical source compare equal across files; the location must still be the
+    # file that was traced.
+    import importlib.util
+    source = ("import nki\nimport nki.language as nl\n\n@nki.jit\ndef k(x):\n"
+              "    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)\n"
+              "    nl.store(out, nl.load(x))\n    return out\n")
+    errors = []
+    for name in ("first_kernel", "second_kernel"):
+        path = tmp_path / f"{name}.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        with pytest.raises(KernelRuleError) as info:
+            mod.k(np.zeros((256, 4), np.float32))
+        errors.append(str(info.value))
+    assert errors[0].startswith(f"{tmp_path / 'first_kernel.py'}:7:")
+    assert errors[1].startswith(f"{tmp_path / 'second_kernel.py'}:7:")
