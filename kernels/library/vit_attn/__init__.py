@@ -4,9 +4,10 @@
 
 q, k, v (..., H, S, D) as torch's scaled_dot_product_attention (non-causal), bf16 or fp32, S <= 4096,
 D 64 or 128. One kernel goes from Q, K, V to the output; scores and probabilities stay on chip.
-``ops.vit_attention`` is the torch custom op (fake implementation for torch.compile; autograd computes
-the gradients with the torch reference math, as the kernel is forward-only; neuron/flash-attn has a
-backward kernel).
+``ops.vit_attention`` is the torch custom op (fake implementation for torch.compile);
+``ops.vit_attention_with_lse`` also returns lse (B..., H, S) fp32, and ``ops.vit_attention_backward``
+runs neuron/flash-attn's backward kernel (nkihub's flash_attn.nki_kernels) on the saved out and lse:
+``vit_attention`` takes the lse route whenever a gradient is wanted, so autograd never recomputes.
 """
 import math
 
@@ -14,7 +15,9 @@ import torch
 
 from kernels.torch_ops import OpLibrary, launch
 
-from . import nki_kernels, reference
+from kernels.library.flash_attn import nki_kernels as flash_kernels
+
+from . import nki_kernels
 
 __version__ = "1.0.0"
 __all__ = ["vit_attention", "ops", "__version__"]
@@ -69,28 +72,75 @@ def _vit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     return out.reshape(q.shape).to(q.device)
 
 
-def _setup_context(ctx, inputs, output):
+def _fake_with_lse(q, k, v, scale):
+    return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
+
+
+@_lib.op("vit_attention_with_lse", fake=_fake_with_lse)
+def _vit_attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                            scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    out, lse = launch(nki_kernels.vit_attention_kernel, _heads(q), _heads(k), _heads(v), scale, True)
+    return out.reshape(q.shape).to(q.device), lse.reshape(q.shape[:-1]).to(q.device)
+
+
+def _fake_bwd(q, k, v, out, grad_out, lse, grad_lse, scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+@_lib.op("vit_attention_backward", fake=_fake_bwd)
+def _vit_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                            grad_out: torch.Tensor, lse: torch.Tensor, grad_lse: torch.Tensor,
+                            scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # neuron/flash-attn's backward kernel (non-causal, one kv head per q head) from the nkihub runtime
+    rows = lambda t: t.detach().reshape(-1, *t.shape[-2:])  # noqa: E731
+    dq, dk, dv = launch(flash_kernels.flash_bwd_kernel, _heads(q), _heads(k), _heads(v), _heads(out),
+                        _heads(grad_out.to(q.dtype)), rows(lse), rows(grad_lse.float()), False, scale)
+    return dq.reshape(q.shape).to(q.device), dk.reshape(k.shape).to(k.device), dv.reshape(v.shape).to(v.device)
+
+
+def _save_with_lse(ctx, inputs, output):
     q, k, v, scale = inputs
-    ctx.save_for_backward(q, k, v)
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.scale = scale
+
+
+def _backward_with_lse(ctx, grad_out, grad_lse):
+    q, k, v, out, lse = ctx.saved_tensors
+    grad_out = torch.zeros_like(out) if grad_out is None else grad_out
+    grad_lse = torch.zeros_like(lse) if grad_lse is None else grad_lse
+    dq, dk, dv = ops.vit_attention_backward(q, k, v, out, grad_out, lse, grad_lse, ctx.scale)
+    return dq, dk, dv, None
+
+
+_vit_attention_with_lse.register_autograd(_backward_with_lse, setup_context=_save_with_lse)
+
+
+def _save(ctx, inputs, output):
+    q, k, v, scale = inputs
+    ctx.save_for_backward(q, k, v, output)
     ctx.scale = scale
 
 
 def _backward(ctx, grad):
-    q, k, v = ctx.saved_tensors
-    with torch.enable_grad():
-        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-        out = reference.vit_attention(*leaves, scale=ctx.scale)
-        dq, dk, dv = torch.autograd.grad(out, leaves, grad)
+    # ops.vit_attention kept no lse: recompute it (a second forward). vit_attention() avoids this by
+    # running ops.vit_attention_with_lse whenever a gradient is wanted.
+    q, k, v, out = ctx.saved_tensors
+    lse = ops.vit_attention_with_lse(q, k, v, ctx.scale)[1]
+    dq, dk, dv = ops.vit_attention_backward(q, k, v, out, grad, lse, torch.zeros_like(lse), ctx.scale)
     return dq, dk, dv, None
 
 
-_vit_attention.register_autograd(_backward, setup_context=_setup_context)
+_vit_attention.register_autograd(_backward, setup_context=_save)
 
 
 def vit_attention(q, k, v, scale=None):
     """softmax(scale * q k^T) v, non-causal. q, k, v (..., H, S, D) of one shape, bf16 or fp32, S <= 4096,
     D in {64, 128}; ``scale`` defaults to 1/sqrt(D). Returns (..., H, S, D) in q's dtype."""
     scale = check_inputs(q, k, v, scale)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        # training: the forward also writes lse (a few instructions per q tile) for the backward kernel
+        return ops.vit_attention_with_lse(q, k, v, scale)[0]
     return ops.vit_attention(q, k, v, scale)
 
 

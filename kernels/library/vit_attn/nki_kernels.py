@@ -145,22 +145,29 @@ def stage_pv(job, ctx):
 
 
 def stage_out(job, ctx):
-    """Stage D (Vector): O / rowsum into the head group's output slot."""
+    """Stage D (Vector): O / rowsum into the head group's output slot; with lse, log(rowsum) + max
+    (Scalar, GpSimd) into the group's lse slot."""
     r, n = job.r, ctx["nchunk"]
     rsum = job.stats[:r, n:n + 1]
     if n > 1:
         rsum = job.stats[:r, 0:1]    # the chunk maxima are dead by now: reuse their column
         nisa.tensor_reduce(dst=rsum, op=nl.add, data=job.stats[:r, n:2 * n], axis=1)
     nisa.tensor_scalar(dst=job.head["o"][:r, job.t, :], data=job.o[:r, :ctx["d"]], op0=nl.divide, operand0=rsum)
+    if "lse" in job.head:
+        lse = job.head["lse"][:r, job.t:job.t + 1]
+        nisa.activation(dst=lse, op=nl.log, data=rsum)
+        nisa.tensor_tensor(dst=lse, data1=lse, data2=job.nmax, op=nl.subtract, engine=nisa.gpsimd_engine)
 
 
 @nki.jit
-def vit_attention_kernel(q, k, v, scale):
+def vit_attention_kernel(q, k, v, scale, with_lse=False):
     """softmax(scale * q k^T) v. q, k, v (B, H, S, D) bf16 or fp32 in HBM, S <= 4096, D <= 128.
-    Returns out (B, H, S, D) in q's dtype."""
+    Returns out (B, H, S, D) in q's dtype; with ``with_lse`` also lse (B, H, S) fp32 =
+    logsumexp(scale * q k^T) (what the flash backward kernel needs; a few instructions per q tile)."""
     bsz, heads, s_len, d = q.shape
     dtype = q.dtype
     out = nl.ndarray((bsz, heads, s_len, d), dtype=dtype, buffer=nl.shared_hbm)
+    lse = nl.ndarray((bsz, heads, s_len), dtype=nl.float32, buffer=nl.shared_hbm) if with_lse else None
     tiles = row_tiles(s_len)
     nt = len(tiles)
     g = head_group_size(heads, s_len, d, q.itemsize)
@@ -169,6 +176,8 @@ def vit_attention_kernel(q, k, v, scale):
     # least nt * g of them) plus the group loaded ahead
     io_slots = 2 + -(-(AHEAD_SCORES + 1) // (nt * g))
     io = {name: Ring((P, nt, g, d), dtype, nl.sbuf, io_slots, name) for name in ("q", "k", "v", "o")}
+    if with_lse:
+        io["lse"] = Ring((P, g, nt), nl.float32, nl.sbuf, io_slots, "lse")
     chunks = [(c0, min(BANK, s_len - c0)) for c0 in range(0, s_len, BANK)]
     nchunk = len(chunks)
     cw = psum_width(chunks[0][1])          # columns of one score chunk
@@ -205,6 +214,9 @@ def vit_attention_kernel(q, k, v, scale):
         b, h0, gn = groups[gi]
         for t, (s0, r) in enumerate(tiles):
             nisa.dma_copy(dst=out[b, h0:h0 + gn, s0:s0 + r, :].permute((1, 0, 2)), src=loaded[gi]["o"][:r, t, :gn, :])
+        if with_lse:    # one DMA for the group: lse[b, h0 + j, t * 128 + p] <- slot[p, j, t]
+            for t, (s0, r) in enumerate(tiles):
+                nisa.dma_copy(dst=lse[b, h0:h0 + gn, s0:s0 + r].permute((1, 0)), src=loaded[gi]["lse"][:r, :gn, t])
 
     def prepare(gi, j):
         """K^T and scaled Q^T of head j of group gi; the views the stages read."""
@@ -213,6 +225,8 @@ def vit_attention_kernel(q, k, v, scale):
         slots = loaded[gi]
         head = {"gi": gi, "last_in_group": j == groups[gi][2] - 1, "v": slots["v"][:, :, j, :],
                 "o": slots["o"][:, :, j, :], "kT": ctx["kT"].next(), "qT": ctx["qT"].next()}
+        if with_lse:
+            head["lse"] = slots["lse"][:, j, :]
         transpose_head(slots["k"][:, :, j, :], tiles, d, head["kT"], ctx["tp"])
         transpose_head(slots["q"][:, :, j, :], tiles, d, head["qT"], ctx["tp"], scale=scale)
         return head
@@ -245,4 +259,4 @@ def vit_attention_kernel(q, k, v, scale):
             stage_out(cur, ctx)
             if cur.last and cur.head["last_in_group"]:
                 store_group(cur.head["gi"])
-    return out
+    return (out, lse) if with_lse else out

@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 
 from kernels.library.vit_attn import ops, vit_attention
 from kernels.library.vit_attn.reference import vit_attention as reference
-from kernels.torch_ops import opcheck
+from kernels.torch_ops import count_calls, opcheck
 
 TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2}
 
@@ -77,3 +77,39 @@ def test_bad_scale(scale):
     q = torch.randn(1, 1, 4, 64)
     with pytest.raises(ValueError, match="'scale'"):
         vit_attention(q, q, q, scale=scale)
+
+
+@pytest.mark.parametrize("shape, dtype", [((1, 2, 37, 64), torch.float32), ((2, 1, 130, 128), torch.float32),
+                                          ((1, 3, 50, 64), torch.bfloat16)])
+def test_gradients_run_the_flash_backward_kernel(shape, dtype):
+    q, k, v = [t.requires_grad_() for t in _qkv(shape, dtype, 11)]
+    w = torch.randn(shape, generator=torch.Generator().manual_seed(12))
+    with count_calls() as calls:
+        grads = torch.autograd.grad((vit_attention(q, k, v).float() * w).sum(), (q, k, v))
+    assert calls[ops.vit_attention_backward.default.name()] == 1
+    assert calls[ops.vit_attention_with_lse.default.name()] == 1 and not calls[ops.vit_attention.default.name()]
+    leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    ref = torch.nn.functional.scaled_dot_product_attention(*leaves)
+    expected = torch.autograd.grad((ref * w).sum(), leaves)
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    for got, want in zip(grads, expected):
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.float(), want, atol=tol * want.abs().max().item(), rtol=tol)
+
+
+def test_op_without_lse_recomputes_it_for_the_backward():
+    q, k, v = [t.requires_grad_() for t in _qkv((1, 2, 20, 64), torch.float32, 13)]
+    grads = torch.autograd.grad(ops.vit_attention(q, k, v, 0.2).sum(), (q, k, v))
+    expected = torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=0.2).sum(),
+                                   (q, k, v))
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_lse_output_and_opcheck():
+    q, k, v = _qkv((1, 2, 37, 64), torch.float32, 14)
+    out, lse = ops.vit_attention_with_lse(q, k, v, 0.125)
+    torch.testing.assert_close(out, reference(q, k, v, 0.125), atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(lse, torch.logsumexp(q @ k.transpose(-1, -2) * 0.125, -1), atol=2e-5, rtol=2e-5)
+    opcheck(ops.vit_attention_with_lse, (q, k, v, 0.125))
+    opcheck(ops.vit_attention_backward, (q, k, v, out, torch.randn_like(out), lse, torch.zeros_like(lse), 0.125))
