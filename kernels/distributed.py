@@ -17,6 +17,8 @@ from __future__ import annotations
 # op name -> (number of leading tensor inputs that are (B, H, S, D)-like, number of tensor outputs)
 ATTENTION_OPS = {
     "vit_attention": 3,
+    "vit_attention_with_lse": 3,
+    "vit_attention_backward": 7,    # q, k, v, out, grad_out, lse, grad_lse -> dq, dk, dv
     "flash_attention_with_lse": 3,
     "flash_attention_backward": 7,  # q, k, v, out, grad_out, lse, grad_lse -> dq, dk, dv
 }

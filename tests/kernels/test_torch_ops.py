@@ -163,6 +163,8 @@ SAMPLES = {
     "flash_attention_backward": [lambda dt: _flash_bwd(dt, 1, 2, 8, 16)],
     "vit_attention": [lambda dt: (*_attn(dt, 1, 2, 17, 64), 0.125),
                       lambda dt: (*_attn(dt, 2, 3, 40, 128), 0.09)],
+    "vit_attention_with_lse": [lambda dt: (*_attn(dt, 1, 2, 17, 64), 0.125)],
+    "vit_attention_backward": [lambda dt: _flash_bwd(dt, 1, 2, 17, 64)[:7] + (0.125,)],
     "gelu_mlp": [lambda dt: (_rand(2, 5, 32, dtype=dt), _rand(64, 32, dtype=dt), _rand(64, dtype=dt),
                              _rand(32, 64, dtype=dt), _rand(32, dtype=dt)),
                  lambda dt: (_rand(130, 64, dtype=dt), _rand(200, 64, dtype=dt), _rand(200, dtype=dt),
