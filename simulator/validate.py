@@ -52,6 +52,18 @@ def _in_place_reduction(ins: Instruction, role: str, ap: AccessPattern) -> bool:
         and ins.attrs.get("op", ins.attrs.get("op0")) in ASSOCIATIVE
 
 
+def _distinct(ap: AccessPattern) -> bool:
+    """True when no two elements of the access pattern are the same memory element."""
+    span = 1
+    for stride, size in sorted(ap.dims, key=lambda d: abs(d[0])):
+        if size <= 1:
+            continue
+        if abs(stride) < span:
+            return False
+        span += abs(stride) * (size - 1)
+    return True
+
+
 def _last_uses(program: Program) -> dict[str, int]:
     last: dict[str, int] = {}
     for idx, ins in enumerate(program.instructions):
@@ -68,11 +80,16 @@ def _dataflow(program: Program) -> None:
     keep = set(program.outputs)
     last_use = _last_uses(program)
     stamps: dict[str, np.ndarray] = {}
+    # Shortcuts that keep the checks exact: how many elements of a tensor nothing wrote yet (None once a
+    # write with overlapping elements makes the count unknown), and the range of writer indices seen.
+    unwritten: dict[str, int | None] = {}
+    writers: dict[str, tuple[int, int]] = {}
 
     def stamps_of(name: str) -> np.ndarray:
         st = stamps.get(name)
         if st is None:
             st = stamps[name] = np.full(program.tensors[name].size, UNWRITTEN, dtype=np.int32)
+            unwritten.setdefault(name, st.size)
         return st
 
     affine = {lid for lid, lp in program.loops.items() if lp.kind == "affine"}
@@ -95,16 +112,19 @@ def _dataflow(program: Program) -> None:
                 _in_place_reduction(ins, role, ap)
             # An accumulating destination is read too: accumulating onto memory nothing wrote would add
             # whatever the buffer held (NaN here, stale data on the hardware).
-            missing = int(np.count_nonzero(view == UNWRITTEN))
+            missing = int(np.count_nonzero(view == UNWRITTEN)) if unwritten.get(ap.tensor) != 0 else 0
             if missing:
                 raise fail("read-uninitialized", f"reads {missing} of {view.size} elements of "
                            f"'{ap.tensor}' that nothing wrote", ins, program, role, ap)
             if exempt_carry:
                 continue
+            first_w, last_w = writers.get(ap.tensor, (idx, -1))
             for lid, it in ins.loops:
                 if lid not in affine or it == 0:
                     continue
                 lo, hi = loop_start[lid], iter_start[(lid, it)]
+                if last_w < lo or first_w >= hi:
+                    continue  # no write of this tensor falls in an earlier iteration of this loop
                 carried = view[(view >= lo) & (view < hi)]
                 if carried.size:
                     writer = program.instructions[int(carried.max())]
@@ -124,7 +144,13 @@ def _dataflow(program: Program) -> None:
                            ins, program, role, ap)
             if spec.kind == "constant":
                 raise fail("write-to-constant", f"writes constant '{ap.tensor}'", ins, program, role, ap)
-            _view(stamps_of(ap.tensor), ap)[...] = idx
+            view = _view(stamps_of(ap.tensor), ap)
+            left = unwritten.get(ap.tensor)
+            if left:
+                unwritten[ap.tensor] = left - int(np.count_nonzero(view == UNWRITTEN)) if _distinct(ap) else None
+            view[...] = idx
+            first_w, _ = writers.get(ap.tensor, (idx, idx))
+            writers[ap.tensor] = (first_w, idx)
         for ap in (*ins.src.values(), *ins.dst.values()):
             if last_use[ap.tensor] == idx and ap.tensor not in keep:
                 stamps.pop(ap.tensor, None)
