@@ -1,0 +1,238 @@
+"""The three stages of one image's pass through the fused ViT block, as generators.
+
+Each stage yields after every unit of work (one PSUM group of a projection, one LayerNorm row tile, one
+attention step), so vit_block_kernel can interleave, in program order, the Vector/Scalar-heavy attention
+of one image with the Tensor-heavy projections and MLP of its neighbours; the in-order engine queues then
+overlap them. Every per-unit tile is allocated inside its loop, so next-fit allocation gives it a fresh
+address and units in flight never wait on each other through write-after-read dependencies.
+
+    pre_stage   x -> LN1 -> x^T -> Q^T (pre-scaled by 1/sqrt(dh)), K^T, V rows       (Tensor heavy)
+    attention   per (q tile, head): S = Q K^T in PSUM, softmax, P V                  (Vector/Scalar heavy)
+    post_stage  attn^T -> o_proj + bias + x -> LN2 -> fc1 + GELU -> fc2 + bias + h1    (Tensor heavy)
+"""
+import nki.isa as nisa
+import nki.language as nl
+
+from kernels.library.gelu_mlp.nki_kernels import transposed_rows
+from kernels.library.layernorm.nki_kernels import normalize_tile
+from kernels.library.matmul.nki_kernels import TILE_K, TILE_M, TILE_N, _cdiv, copy_psum, plain_tiles
+from kernels.library.vit_attn.nki_kernels import Ring, psum_width
+
+# attention pipeline distances: step n issues the scores of step n+3, the exp of n+2, the P^T transposes
+# of n+1 and P V of n, so each stage's inputs were issued a whole step earlier
+AHEAD_SCORES = 3
+AHEAD_EXP = 2
+AHEAD_TRANSPOSE = 1
+LN_LAG = 3          # units issued between a LayerNorm and the transposes of its output (its chain is long)
+
+
+def _ktile(x_t, kd):
+    """Feature tile kd [128, tokens] of a transposed activation: a tile [128, n_tiles, tokens] or a list of
+    [128, tokens] tiles (separate tiles are easier to place in a fragmented SBUF)."""
+    return x_t[kd] if isinstance(x_t, list) else x_t[:, kd, :]
+
+
+def linear_t_units(x_t, in_f, tokens, w_t, b_cols, out_f, act, out_t, scale=1.0):
+    """out_t (see _ktile) = act(scale * (W x^T) + b_cols): like gelu_mlp's linear_t (x^T [128, n_in_tiles,
+    tokens], W^T [128, n_in_tiles, out_f], b_cols [128, n_out_tiles] fp32, already multiplied by
+    ``scale``) but yielding after each PSUM group."""
+    for c0 in range(0, tokens, TILE_N):
+        cw = min(TILE_N, tokens - c0)
+        for t in range(_cdiv(out_f, TILE_K)):
+            hw = min(TILE_K, out_f - t * TILE_K)
+            ps = nl.ndarray((hw, cw), dtype=nl.float32, buffer=nl.psum)
+            for kd in range(_cdiv(in_f, TILE_K)):
+                kw = min(TILE_K, in_f - kd * TILE_K)
+                nisa.nc_matmul(dst=ps, stationary=w_t[:kw, kd, t * TILE_K:t * TILE_K + hw],
+                               moving=_ktile(x_t, kd)[:kw, c0:c0 + cw])
+            nisa.activation(dst=_ktile(out_t, t)[:hw, c0:c0 + cw], op=act, data=ps, bias=b_cols[:hw, t:t + 1],
+                            scale=scale)
+            yield
+
+
+def linear_rows_units(x_t, in_f, tokens, w_t, out_f, add_tiles, out_dtype, outs):
+    """Row-major x @ W^T + add_tiles(i, rows) appended to ``outs`` as (tile [rows, out_f], rows), like
+    gelu_mlp's linear_rows but yielding after each PSUM group (the fp32 add is the PSUM evacuation)."""
+    for i in range(_cdiv(tokens, TILE_M)):
+        rows = min(TILE_M, tokens - i * TILE_M)
+        o = nl.ndarray((rows, out_f), dtype=out_dtype, buffer=nl.sbuf)
+        extra = add_tiles(i, rows)
+        for n0 in range(0, out_f, TILE_N):
+            nw = min(TILE_N, out_f - n0)
+            ps = nl.ndarray((rows, nw), dtype=nl.float32, buffer=nl.psum)
+            for kd in range(_cdiv(in_f, TILE_K)):
+                kw = min(TILE_K, in_f - kd * TILE_K)
+                nisa.nc_matmul(dst=ps, stationary=_ktile(x_t, kd)[:kw, i * TILE_M:i * TILE_M + rows],
+                               moving=w_t[:kw, kd, n0:n0 + nw])
+            nisa.tensor_tensor(dst=o[:, n0:n0 + nw], data1=ps, data2=extra[:rows, n0:n0 + nw], op=nl.add)
+            yield
+        outs.append((o, rows))
+
+
+def _added(a, b, rows, d):
+    """A new fp32 SBUF tile a[:rows] + b[:rows] ([rows, d]), on GpSimd (bias + residual, off the busy
+    Vector Engine)."""
+    out = nl.ndarray((rows, d), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=out, data1=a[:rows], data2=b[:rows], op=nl.add, engine=nisa.gpsimd_engine)
+    return out
+
+
+def pre_stage(x, b, w, st, s, d, eps, scale):
+    """Image b of x [B, S, D] (HBM) up to the attention inputs, stored in the dict ``st``: x_rows (row
+    tiles [rows, D]), q_t and k_t [128, D/128, S] (features on partitions; Q^T scaled by ``scale``),
+    v_rows [(tile [rows, D], rows)]; all in x's dtype. ``w`` gives SBUF weights by name."""
+    dt = x.dtype
+    ln1_w, ln1_b = w["ln1"]
+    x_rows, xn_rows = [], []
+    for i in range(_cdiv(s, TILE_M)):
+        rows = min(TILE_M, s - i * TILE_M)
+        xt = nl.ndarray((rows, d), dtype=dt, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xt, src=x[b, i * TILE_M:i * TILE_M + rows, :])
+        x_rows.append(xt)
+        xn_rows.append((normalize_tile(xt, rows, eps, ln1_w, ln1_b, dt), rows))
+        yield
+    for _ in range(LN_LAG):
+        yield
+    xn_t = transposed_rows(xn_rows, d, dt)
+    yield
+    n_dt = _cdiv(d, TILE_K)
+    q_w, q_b = w["q"]
+    # the softmax scale rides on the Q evacuation (activation computes f(scale * x + bias)): bias * scale
+    q_bs = nl.ndarray((TILE_K, n_dt), dtype=nl.float32, buffer=nl.sbuf)
+    full = d // TILE_K
+    if full:
+        nisa.tensor_scalar(dst=q_bs[:, :full], data=q_b[:, :full], op0=nl.multiply, operand0=scale)
+    if full < n_dt:
+        hw = d - full * TILE_K
+        nisa.tensor_scalar(dst=q_bs[:hw, full:], data=q_b[:hw, full:], op0=nl.multiply, operand0=scale)
+    q_t = nl.ndarray((TILE_K, n_dt, s), dtype=dt, buffer=nl.sbuf)
+    yield from linear_t_units(xn_t, d, s, q_w, q_bs, d, nl.copy, q_t, scale)
+    k_t = nl.ndarray((TILE_K, n_dt, s), dtype=dt, buffer=nl.sbuf)
+    yield from linear_t_units(xn_t, d, s, *w["k"], d, nl.copy, k_t)
+    v_b, v_rows = w["v_b"], []
+    yield from linear_rows_units(xn_t, d, s, w["v"], d, lambda i, rows: v_b, dt, v_rows)
+    st.update(x_rows=x_rows, q_t=q_t, k_t=k_t, v_rows=v_rows)
+
+
+class _Step:
+    """One (128-query tile, head) step of the attention pipeline."""
+
+    def __init__(self, i, q0, qw, h):
+        self.i, self.q0, self.qw, self.h = i, q0, qw, h
+
+
+def attention_stage(st, s, d, heads, dt):
+    """softmax(Q K^T) V of one image from st's q_t, k_t, v_rows (pre_stage); leaves st["attn"] = [(tile
+    [rows, D] of ``dt``, rows)] per 128 queries. A software pipeline over (q tile, head) steps: step n
+    issues the scores of step n+3 (Tensor, then the row max on Vector), the exp of step n+2 (Scalar, row
+    sum fused), the P^T transposes of step n+1 (Tensor, copied out on Vector/Scalar) and P V of step n
+    (Tensor), so no queue waits on work issued in the same step."""
+    q_t, k_t, v_rows = st["q_t"], st["k_t"], st["v_rows"]
+    dh = d // heads
+    chunks = [(c0, min(TILE_N, s - c0)) for c0 in range(0, s, TILE_N)]
+    nch = len(chunks)
+    n_kt = _cdiv(s, TILE_K)
+    tiles = [(i, i * TILE_M, min(TILE_M, s - i * TILE_M)) for i in range(_cdiv(s, TILE_M))]
+    outs = [(nl.ndarray((qw, d), dtype=dt, buffer=nl.sbuf), qw) for _, _, qw in tiles]
+    # PSUM is 8 banks and a PSUM tile takes whole banks: the attention's small PSUM tiles are slots packed
+    # into rings (4 banks in all for S <= 512) so the projections in flight keep the other banks, and no
+    # slot is reused before the step that read it (no false dependencies through bank reuse)
+    sw = psum_width(chunks[0][1])
+    ring_s = Ring((TILE_M, sw), nl.float32, nl.psum, 2 * max(2, 2 * TILE_N // sw) if nch == 1 else nch,
+                  "scores_psum")
+    ring_pt = Ring((TILE_K, n_kt, TILE_M), nl.float32, nl.psum, max(2, TILE_N // (n_kt * TILE_M)), "pT_psum")
+    ring_acc = Ring((TILE_M, psum_width(dh)), nl.float32, nl.psum, TILE_N // psum_width(dh), "pv_psum")
+    steps = [_Step(i, q0, qw, h) for i, q0, qw in tiles for h in range(heads)]
+
+    def scores(j):
+        t, p0 = (j.h * dh) // TILE_K, (j.h * dh) % TILE_K
+        # stats columns: negated chunk maxima, chunk sums, negated row max
+        j.stats = nl.ndarray((j.qw, 2 * nch + 1), dtype=nl.float32, buffer=nl.sbuf)
+        j.nmax = j.stats[:, 2 * nch:2 * nch + 1]
+        j.scores = []
+        for c, (c0, cw) in enumerate(chunks):
+            sc = ring_s.next()[:j.qw, :cw]
+            nisa.nc_matmul(dst=sc, stationary=q_t[p0:p0 + dh, t, j.q0:j.q0 + j.qw],
+                           moving=k_t[p0:p0 + dh, t, c0:c0 + cw])
+            nisa.tensor_reduce(dst=j.nmax if nch == 1 else j.stats[:, c:c + 1], op=nl.maximum, data=sc,
+                               axis=1, negate=True)
+            j.scores.append(sc)
+        if nch > 1:
+            nisa.tensor_reduce(dst=j.nmax, op=nl.minimum, data=j.stats[:, :nch], axis=1)
+
+    def expo(j):
+        j.p = nl.ndarray((j.qw, s), dtype=dt, buffer=nl.sbuf)
+        for c, (c0, cw) in enumerate(chunks):
+            nisa.activation(dst=j.p[:, c0:c0 + cw], op=nl.exp, data=j.scores[c], bias=j.nmax,
+                            reduce_op=nl.add, reduce_res=j.stats[:, nch + c:nch + c + 1],
+                            reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        j.scores = None
+
+    def transpose_p(j):
+        j.p_t = nl.ndarray((TILE_K, n_kt, j.qw), dtype=dt, buffer=nl.sbuf)
+        for c in range(0, n_kt, 4):       # four transposes per PSUM bank, one copy out per bank
+            pt = ring_pt.next()
+            tl = plain_tiles(s)[c:c + 4]
+            for jj, (_, kw, cols) in enumerate(tl):
+                nisa.nc_transpose(dst=pt[:kw, jj, :j.qw], data=j.p[:, cols])
+            full = sum(1 for _, kw, _ in tl if kw == TILE_K)
+            if full:
+                copy_psum(j.p_t[:, c:c + full, :], pt[:, :full, :j.qw], j.h)
+            if full < len(tl):
+                kw = tl[-1][1]
+                copy_psum(j.p_t[:kw, c + full, :], pt[:kw, full, :j.qw], j.h + 1)
+        j.p = None
+
+    def pv(j):
+        acc = ring_acc.next()[:j.qw, :dh]
+        for kt in range(n_kt):
+            kw = min(TILE_K, s - kt * TILE_K)
+            # one accumulation group over all keys (ring slots are reused: say where it starts)
+            nisa.nc_matmul(dst=acc, stationary=j.p_t[:kw, kt, :],
+                           moving=v_rows[kt][0][:kw, j.h * dh:(j.h + 1) * dh], accumulate=kt > 0)
+        rsum = j.stats[:, nch:nch + 1]
+        if nch > 1:
+            rsum = j.stats[:, 0:1]      # the chunk maxima are dead by now: reuse their column
+            nisa.tensor_reduce(dst=rsum, op=nl.add, data=j.stats[:, nch:2 * nch], axis=1)
+        nisa.tensor_scalar(dst=outs[j.i][0][:, j.h * dh:(j.h + 1) * dh], data=acc, op0=nl.divide, operand0=rsum)
+
+    n = len(steps)
+    for k in range(-AHEAD_SCORES, n):
+        if k + AHEAD_SCORES < n:
+            scores(steps[k + AHEAD_SCORES])
+        if 0 <= k + AHEAD_EXP < n:
+            expo(steps[k + AHEAD_EXP])
+        if 0 <= k + AHEAD_TRANSPOSE < n:
+            transpose_p(steps[k + AHEAD_TRANSPOSE])
+        if k >= 0:
+            pv(steps[k])
+        yield
+    st["attn"] = outs
+
+
+def post_stage(st, out, b, w, s, d, hidden, eps):
+    """Image b from st's attn and x_rows to out[b] (HBM [B, S, D]): output projection with bias and
+    residual, LN2, the GELU MLP with bias and residual, stored row tile by row tile."""
+    dt = out.dtype
+    attn_t = transposed_rows(st.pop("attn"), d, dt)
+    yield
+    x_rows, o_b, h1 = st.pop("x_rows"), w["o_b"], []
+    yield from linear_rows_units(attn_t, d, s, w["o"], d, lambda i, rows: _added(x_rows[i], o_b, rows, d),
+                                 nl.float32, h1)
+    ln2_w, ln2_b = w["ln2"]
+    hn = []
+    for t, rows in h1:
+        hn.append((normalize_tile(t, rows, eps, ln2_w, ln2_b, dt), rows))
+        yield
+    for _ in range(LN_LAG):
+        yield
+    hn_t = transposed_rows(hn, d, dt)
+    yield
+    fc1_w, fc1_b = w["fc1"]
+    h_t = [nl.ndarray((TILE_K, s), dtype=dt, buffer=nl.sbuf) for _ in range(_cdiv(hidden, TILE_K))]
+    yield from linear_t_units(hn_t, d, s, fc1_w, fc1_b, hidden, nl.gelu, h_t)
+    fc2_b, outs = w["fc2_b"], []
+    yield from linear_rows_units(h_t, hidden, s, w["fc2"], d, lambda i, rows: _added(h1[i][0], fc2_b, rows, d),
+                                 dt, outs)
+    for i, (o, rows) in enumerate(outs):
+        nisa.dma_copy(dst=out[b, i * TILE_M:i * TILE_M + rows, :], src=o)
