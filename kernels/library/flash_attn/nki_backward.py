@@ -1,0 +1,370 @@
+"""NKI kernel of neuron/flash-attn's backward, software pipelined (re-exported by ``nki_kernels``).
+
+Per (batch, kv head) K, V, K^T and V^T stay in SBUF; per q head of the group Q, dO, the scaled Q^T, dO^T,
+-lse and -delta = dlse - rowsum(dO * O) (one column per q tile) are prepared once. The work is a stream
+of steps, one per (q head, key block of up to 512 keys, live 128-row q tile):
+
+    A  S = Q K^T and dP = dO V^T (Tensor, one matmul each per 512-key PSUM bank), causal mask (Vector)
+    B  P = exp(S - lse) (Scalar), T = dP - delta (Vector, fp32)
+    C  dS = T * P (GpSimd)
+    D  dV += P^T dO and dK += dS^T Q into PSUM (open over the q tiles of the key block), dS^T by
+       Tensor Engine transposes
+    E  dS^T to SBUF (Scalar)
+    F  dQ part = dS K (Tensor), accumulated pre-scaled in SBUF fp32 (Vector); the last key block writes dQ
+
+Step n issues D of step n, E of n-1, F of n-2, A of n+3, B of n+2 and C of n+1, so each in-order engine
+queue has independent work behind what it waits for; every working buffer is a ring sized for the
+distance it lives. After a key block's last step dK and dV leave PSUM (summed over the q heads of a
+group in SBUF fp32). The softmax scale is folded into Q^T, dK and dQ (dS is kept unscaled).
+"""
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+from .nki_kernels import BANK, NEG, P, Ring, load_head_rows, row_tiles
+
+AHEAD_A, AHEAD_B, AHEAD_C = 3, 2, 1   # pipeline distances (steps ahead of D); E and F trail by 1 and 2
+BEHIND_E, BEHIND_F = 1, 2
+SBUF_BUDGET = 192 * 1024 - 16 * 1024  # bytes per partition: the smallest target (trn1) less the rings
+
+
+def bwd_sbuf_bytes(sq, sk, d, group, itemsize):
+    """SBUF bytes per partition the backward kernel keeps resident for (Sq, Sk, D) and its group size:
+    two kv heads in flight (K, V rows and their transposes), two q heads (Q, dO, O rows, Q^T, dO^T,
+    the dQ accumulator) and the dK/dV accumulators of a group."""
+    nqt, nkt = len(row_tiles(sq)), len(row_tiles(sk))
+    kv = 2 * (2 * nkt * d * itemsize + 2 * sk * itemsize)
+    qh = 2 * (3 * nqt * d * itemsize + 2 * sq * itemsize + nqt * d * 4 + 2 * nqt * 4)
+    acc = 2 * nkt * d * 4 if group > 1 else 0
+    return kv + qh + acc
+
+
+def check_bwd_fits(sq, sk, d, group, itemsize):
+    """ValueError (before any tracing) when the resident tiles of the backward do not fit SBUF."""
+    need = bwd_sbuf_bytes(sq, sk, d, group, itemsize)
+    if need > SBUF_BUDGET:
+        raise ValueError(f"flash backward: q (Sq={sq}) and k (Sk={sk}) with head dim {d} need {need // 1024} KiB "
+                         f"of SBUF per partition, more than the {SBUF_BUDGET // 1024} KiB available; use "
+                         "shorter sequences (or split the sequence across calls)")
+
+
+class Step:
+    """One (q head, key block, q tile) step."""
+
+    def __init__(self, head, i, q0, r, kb, bw, first_kb, last_kb, block):
+        self.head, self.i, self.q0, self.r, self.kb, self.bw = head, i, q0, r, kb, bw
+        self.first_kb, self.last_kb, self.block = first_kb, last_kb, block
+        self.key_tiles = row_tiles(bw)
+
+
+def stage_a(st, ctx):
+    """S and dP for the step (one matmul each), the causal mask on the diagonal."""
+    hd, r, bw = st.head, st.r, st.bw
+    st.s, st.dp = ctx["s"].next(), ctx["dp"].next()
+    nisa.nc_matmul(dst=st.s[:r, :bw], stationary=hd["qT"][:, st.q0:st.q0 + r], moving=hd["kT"][:, st.kb:st.kb + bw],
+                   accumulate=False)
+    if ctx["causal"] and st.kb + bw > st.q0:
+        # key c of the block is masked when kb + c > q0 + p: a window of the wide mask
+        off = ctx["mask_off"] - (st.q0 - st.kb)
+        nisa.tensor_tensor(dst=st.s[:r, :bw], data1=st.s[:r, :bw], data2=ctx["mask"][:r, off:off + bw], op=nl.add)
+    nisa.nc_matmul(dst=st.dp[:r, :bw], stationary=hd["doT"][:, st.q0:st.q0 + r],
+                   moving=hd["vT"][:, st.kb:st.kb + bw], accumulate=False)
+
+
+def stage_b(st, ctx):
+    """P = exp(S - lse) (Scalar) and T = dP - delta in fp32 (Vector)."""
+    hd, r, bw, i = st.head, st.r, st.bw, st.i
+    st.p, st.t = ctx["p"].next(), ctx["t"].next()
+    nisa.activation(dst=st.p[:r, :bw], op=nl.exp, data=st.s[:r, :bw], bias=hd["nlse"][:r, i:i + 1])
+    nisa.tensor_scalar(dst=st.t[:r, :bw], data=st.dp[:r, :bw], op0=nl.add, operand0=hd["ndelta"][:r, i:i + 1])
+
+
+def stage_c(st, ctx):
+    """dS = T * P (GpSimd: it is free while the Vector and Scalar Engines read PSUM)."""
+    st.ds = ctx["ds"].next()
+    nisa.tensor_tensor(dst=st.ds[:st.r, :st.bw], data1=st.t[:st.r, :st.bw], data2=st.p[:st.r, :st.bw],
+                       op=nl.multiply, engine=nisa.gpsimd_engine)
+
+
+def stage_d(st, ctx):
+    """dV += P^T dO, dK += dS^T Q per 128-key tile (PSUM groups open over the block's q tiles), then
+    the dS^T transposes into one PSUM bank."""
+    hd, r, i = st.head, st.r, st.i
+    blk = st.block
+    for t, (c0, kc) in enumerate(st.key_tiles):
+        first = t not in blk["started"]
+        blk["started"].add(t)
+        nisa.nc_matmul(dst=blk["dv"][:kc, t, :], stationary=st.p[:r, c0:c0 + kc], moving=hd["do"][:r, i, :],
+                       accumulate=not first)
+        nisa.nc_matmul(dst=blk["dk"][:kc, t, :], stationary=st.ds[:r, c0:c0 + kc], moving=hd["q"][:r, i, :],
+                       accumulate=not first)
+    st.dsT_ps = ctx["tp"].next()
+    for t, (c0, kc) in enumerate(st.key_tiles):
+        nisa.nc_transpose(dst=st.dsT_ps[:kc, t * P:t * P + r], data=st.ds[:r, c0:c0 + kc])
+
+
+def stage_e(st, ctx):
+    """dS^T from PSUM to SBUF (Scalar Engine): full key tiles in one copy, a partial one apart."""
+    r = st.r
+    st.dsT = ctx["dsT"].next()
+    full = sum(1 for _, kc in st.key_tiles if kc == P)
+    if full:
+        nisa.tensor_copy(dst=st.dsT[:, :full * P].reshape_dim(1, (full, P))[:, :, :r],
+                         src=st.dsT_ps[:, :full * P].reshape_dim(1, (full, P))[:, :, :r], engine=nisa.scalar_engine)
+    if full < len(st.key_tiles):
+        kc = st.key_tiles[-1][1]
+        nisa.tensor_copy(dst=st.dsT[:kc, full * P:full * P + r], src=st.dsT_ps[:kc, full * P:full * P + r],
+                         engine=nisa.scalar_engine)
+
+
+def stage_f(st, ctx, dq):
+    """dQ part = dS K over the block's key tiles (Tensor), accumulated as scale * part in SBUF fp32
+    (Vector); after the last key block the sum goes out in dq's dtype."""
+    hd, r, i, d = st.head, st.r, st.i, ctx["d"]
+    ps = ctx["dq_ps"].next()
+    for t, (c0, kc) in enumerate(st.key_tiles):
+        nisa.nc_matmul(dst=ps[:r, :d], stationary=st.dsT[:kc, t * P:t * P + r],
+                       moving=hd["kv"]["k"][:kc, (st.kb + c0) // P, :], accumulate=t > 0)
+    acc = hd["dq_acc"][:r, i, :]
+    target = acc
+    if st.last_kb:
+        target = ctx["dq_out"].next()[:r]
+    if st.first_kb:
+        nisa.tensor_scalar(dst=target, data=ps[:r, :d], op0=nl.multiply, operand0=ctx["scale"])
+    else:
+        nisa.scalar_tensor_tensor(dst=target, data=ps[:r, :d], op0=nl.multiply, operand0=ctx["scale"], op1=nl.add,
+                                  operand1=acc)
+    if st.last_kb:
+        b, h = hd["bh"]
+        nisa.dma_copy(dst=dq[b, h, st.q0:st.q0 + r, :], src=target)
+
+
+def drain_block(blk, ctx, dk, dv):
+    """After a key block's last step of one q head: dK, dV leave PSUM, summed over the group's q heads
+    in SBUF fp32; the last head writes them (dK scaled) in the output dtype."""
+    kv, g, last_g = blk["kv"], blk["g"], blk["g"] == ctx["group"] - 1
+    kb, bw = blk["kb"], blk["bw"]
+    tiles = row_tiles(bw)
+    for name, ps, scale, out in (("dk", blk["dk"], ctx["scale"], dk), ("dv", blk["dv"], 1.0, dv)):
+        acc = kv.get(name + "_acc")
+        o_sb = ctx[name + "_out"].next() if last_g else None
+        for t, (c0, kc) in enumerate(tiles):
+            kt = (kb + c0) // P
+            if t not in blk["started"]:      # causal keys past every query: zero gradient
+                if last_g:
+                    nisa.memset(dst=o_sb[:kc, t, :], value=0.0)
+                continue
+            if ctx["group"] == 1:
+                nisa.tensor_scalar(dst=o_sb[:kc, t, :], data=ps[:kc, t, :], op0=nl.multiply, operand0=scale,
+                                   engine=nisa.scalar_engine if name == "dk" else nisa.vector_engine)
+            elif g == 0:
+                nisa.tensor_copy(dst=acc[:kc, kt, :], src=ps[:kc, t, :])
+            elif not last_g:
+                nisa.tensor_tensor(dst=acc[:kc, kt, :], data1=acc[:kc, kt, :], data2=ps[:kc, t, :], op=nl.add)
+            else:
+                nisa.scalar_tensor_tensor(dst=o_sb[:kc, t, :], data=ps[:kc, t, :], op0=nl.multiply, operand0=1.0,
+                                          op1=nl.add, operand1=acc[:kc, kt, :])
+                if scale != 1.0:
+                    nisa.tensor_scalar(dst=o_sb[:kc, t, :], data=o_sb[:kc, t, :], op0=nl.multiply, operand0=scale,
+                                       engine=nisa.gpsimd_engine)
+        if last_g:
+            b, hk = kv["bh"]
+            store_rows(out[b, hk], kb, bw, o_sb)
+
+
+def store_rows(dst, k0, n, src):
+    """src [128, ntiles, D] (SBUF) -> dst[k0:k0 + n] (HBM): one DMA for the full tiles, one for the rest."""
+    full, d = n // P, src.shape[2]
+    if full:
+        nisa.dma_copy(dst=dst[k0:k0 + full * P, :].reshape((full, P, d)).permute((1, 0, 2)), src=src[:, :full, :])
+    if n % P:
+        nisa.dma_copy(dst=dst[k0 + full * P:k0 + n, :], src=src[:n % P, full, :])
+
+
+def wide_causal_mask(sq_tiles):
+    """[128, W] additive mask with W = 512 + 128 * (tiles of one block - 1) * 2 ... see ``mask_off``:
+    column x is 0 where x - off <= p, NEG elsewhere, so the window at off - (q0 - kb) masks a block."""
+    off = BANK - P
+    width = off + BANK
+    zeros = nl.zeros((P, width), dtype=nl.float32, buffer=nl.sbuf, name="mask_zeros")
+    mask = nl.ndarray((P, width), dtype=nl.float32, buffer=nl.sbuf, name="causal_mask")
+    # keep where p - x + off >= 0
+    nisa.affine_select(dst=mask, pattern=[[-1, width]], channel_multiplier=1, on_true_tile=zeros,
+                       on_false_value=NEG, cmp_op=nl.greater_equal, offset=off)
+    return mask, off
+
+
+@nki.jit
+def flash_bwd_kernel(q, k, v, o, do, lse, dlse, causal, scale):
+    """Flash attention backward. q/o/do (B, Hq, Sq, D), k/v (B, Hkv, Sk, D) bf16 or fp32, lse and dlse
+    (B, Hq, Sq) fp32 (dlse: the gradient reaching lse, zeros if none). Returns dq (B, Hq, Sq, D),
+    dk and dv (B, Hkv, Sk, D) in q's dtype. ValueError when Sq, Sk are too long for SBUF."""
+    bsz, hq, sq, d = q.shape
+    hkv, sk = k.shape[1], k.shape[2]
+    group = hq // hkv
+    dtype = q.dtype
+    check_bwd_fits(sq, sk, d, group, q.itemsize)
+    dq = nl.ndarray((bsz, hq, sq, d), dtype=dtype, buffer=nl.shared_hbm)
+    dk = nl.ndarray((bsz, hkv, sk, d), dtype=dtype, buffer=nl.shared_hbm)
+    dv = nl.ndarray((bsz, hkv, sk, d), dtype=dtype, buffer=nl.shared_hbm)
+    qtiles, nkt = row_tiles(sq), len(row_tiles(sk))
+    nqt = len(qtiles)
+    mask, mask_off = wide_causal_mask(nqt) if causal else (None, 0)
+    ctx = {
+        "d": d, "causal": causal, "scale": scale, "group": group, "mask": mask, "mask_off": mask_off,
+        # PSUM (8 banks): S 1, dP 1, dS^T 2, head transposes 1, dK + dV 2, dQ half a bank
+        # (S and dP are read by stage B of the next step before stage A writes again: one slot each)
+        "s": Ring((P, BANK), nl.float32, nl.psum, 1, "s_psum"),
+        "dp": Ring((P, BANK), nl.float32, nl.psum, 1, "dp_psum"),
+        "tp": Ring((P, BANK), nl.float32, nl.psum, 2, "tp_psum"),
+        "head_tp": Ring((P, BANK), nl.float32, nl.psum, 1, "head_tp_psum"),
+        "dq_ps": Ring((P, d), nl.float32, nl.psum, 2, "dq_psum"),
+        "p": Ring((P, BANK), dtype, nl.sbuf, AHEAD_B + 2, "p"),
+        "t": Ring((P, BANK), nl.float32, nl.sbuf, AHEAD_B - AHEAD_C + 2, "t"),
+        "ds": Ring((P, BANK), dtype, nl.sbuf, AHEAD_C + 2, "ds"),
+        "dsT": Ring((P, BANK), dtype, nl.sbuf, BEHIND_F - BEHIND_E + 2, "dsT"),
+        "dq_out": Ring((P, d), dtype, nl.sbuf, 3, "dq_out"),
+        "dk_out": Ring((P, BANK // P, d), dtype, nl.sbuf, 2, "dk_out"),
+        "dv_out": Ring((P, BANK // P, d), dtype, nl.sbuf, 2, "dv_out"),
+    }
+    dkv_ps = Ring((P, 2, BANK // P, d), nl.float32, nl.psum, 1, "dkv_psum")
+    # heads in flight: the pipeline spans AHEAD_A + BEHIND_F + 1 steps, a q head has at least
+    # nqt (causal) or nqt * key blocks steps; plus the head prepared ahead
+    head_steps = nqt * (1 if causal else -(-sk // BANK))
+    q_slots = 2 + -(-(AHEAD_A + BEHIND_F + 1) // head_steps)
+    kv_slots = 2 + -(-(AHEAD_A + BEHIND_F + 1) // (head_steps * group))
+    kv_names = ("k", "v", "kT", "vT", "dk_acc", "dv_acc")
+    rings = {name: Ring(shape, dt, nl.sbuf, kv_slots if name in kv_names else q_slots, name)
+             for name, shape, dt in (
+        ("k", (P, nkt, d), dtype), ("v", (P, nkt, d), dtype), ("kT", (d, sk), dtype), ("vT", (d, sk), dtype),
+        ("q", (P, nqt, d), dtype), ("do", (P, nqt, d), dtype), ("o", (P, nqt, d), dtype),
+        ("qT", (d, sq), dtype), ("doT", (d, sq), dtype), ("dq_acc", (P, nqt, d), nl.float32),
+        ("nlse", (P, nqt), nl.float32), ("ndelta", (P, nqt), nl.float32))
+             + ((("dk_acc", (P, nkt, d), nl.float32), ("dv_acc", (P, nkt, d), nl.float32)) if group > 1 else ())}
+    ctx["prod"] = Ring((P, d), nl.float32, nl.sbuf, 2, "do_o")
+    ctx["dot"] = Ring((P, 1), nl.float32, nl.sbuf, 2, "do_o_sum")
+
+    def transpose_into(rows, n, dst, scale_by):
+        for c0 in range(0, n, BANK):
+            w = min(BANK, n - c0)
+            t = ctx["head_tp"].next()
+            for s0, rr in row_tiles(w):
+                nisa.nc_transpose(dst=t[:d, s0:s0 + rr], data=rows[:rr, (c0 + s0) // P, :])
+            nisa.activation(dst=dst[:, c0:c0 + w], op=nl.copy, data=t[:d, :w], scale=scale_by)
+
+    def columns(src, dst, negate):
+        """src (Sq,) fp32 (HBM) -> dst [128, nqt] (column i = q tile i), negated on GpSimd if asked."""
+        full, rest = sq // P, sq % P
+        if full:
+            nisa.dma_copy(dst=dst[:, :full], src=src[:full * P].reshape((full, P)).permute((1, 0)))
+        if rest:
+            nisa.dma_copy(dst=dst[:rest, full:full + 1], src=src[full * P:sq].reshape((rest, 1)))
+        for sl in ((slice(0, P), slice(0, full)), (slice(0, rest), slice(full, full + 1))) if negate else ():
+            if sl[0].stop and sl[1].stop > sl[1].start:
+                nisa.tensor_scalar(dst=dst[sl], data=dst[sl], op0=nl.multiply, operand0=-1.0,
+                                   engine=nisa.gpsimd_engine)
+
+    def kv_head(b, hk):
+        kv = {name: rings[name].next() for name in ("k", "v", "kT", "vT")}
+        load_head_rows(k[b, hk], sk, kv["k"])
+        load_head_rows(v[b, hk], sk, kv["v"])
+        transpose_into(kv["k"], sk, kv["kT"], 1.0)
+        transpose_into(kv["v"], sk, kv["vT"], 1.0)
+        if group > 1:
+            kv["dk_acc"], kv["dv_acc"] = rings["dk_acc"].next(), rings["dv_acc"].next()
+        kv["bh"] = (b, hk)
+        return kv
+
+    def q_head(b, h, kv):
+        hd = {name: rings[name].next() for name in ("q", "do", "o", "qT", "doT", "dq_acc", "nlse", "ndelta")}
+        for name, src in (("q", q), ("do", do), ("o", o)):
+            load_head_rows(src[b, h], sq, hd[name])
+        transpose_into(hd["q"], sq, hd["qT"], scale)
+        transpose_into(hd["do"], sq, hd["doT"], 1.0)
+        # -lse and -delta = dlse - rowsum(dO * O) per q tile (column)
+        columns(lse[b, h], hd["nlse"], True)
+        columns(dlse[b, h], hd["ndelta"], False)
+        for i, (q0, r) in enumerate(qtiles):
+            prod, dot = ctx["prod"].next(), ctx["dot"].next()[:r]
+            nisa.tensor_tensor(dst=prod[:r], data1=hd["do"][:r, i, :], data2=hd["o"][:r, i, :],
+                               op=nl.multiply, engine=nisa.gpsimd_engine)
+            nisa.tensor_reduce(dst=dot, op=nl.add, data=prod[:r], axis=1)
+            nisa.tensor_tensor(dst=hd["ndelta"][:r, i:i + 1], data1=hd["ndelta"][:r, i:i + 1], data2=dot,
+                               op=nl.subtract, engine=nisa.gpsimd_engine)
+        hd["kv"], hd["bh"] = kv, (b, h)
+        hd["kT"], hd["vT"] = kv["kT"], kv["vT"]
+        return hd
+
+    def steps():
+        """The step stream; the next q head is prepared when the current one's first step is made."""
+        heads = [(b, hk, g) for b in range(bsz) for hk in range(hkv) for g in range(group)]
+        kvs = {}
+
+        def prepare(j):
+            b, hk, g = heads[j]
+            if (b, hk) not in kvs:
+                kvs[(b, hk)] = kv_head(b, hk)
+            return q_head(b, hk * group + g, kvs[(b, hk)])
+
+        nxt = prepare(0)
+        for j, (b, hk, g) in enumerate(heads):
+            hd = nxt
+            first = True
+            for kb in range(0, sk, BANK):
+                live = [(i, q0, r) for i, (q0, r) in enumerate(qtiles) if not causal or q0 + r > kb]
+                block = {"kv": hd["kv"], "g": g, "kb": kb, "bw": min(BANK, sk - kb), "started": set(),
+                         "dk": None, "dv": None}
+                if not live:
+                    block["dk"] = block["dv"] = None
+                    yield ("empty", block)
+                    continue
+                pair = dkv_ps.next()
+                block["dv"], block["dk"] = pair[:, 0], pair[:, 1]
+                for n_i, (i, q0, r) in enumerate(live):
+                    bw = min(BANK, sk - kb, q0 + r - kb) if causal else min(BANK, sk - kb)
+                    last_kb = kb + BANK >= (min(sk, q0 + r) if causal else sk)
+                    st = Step(hd, i, q0, r, kb, bw, kb == 0, last_kb, block)
+                    st.ends_block = n_i == len(live) - 1
+                    if first and j + 1 < len(heads):
+                        nxt = prepare(j + 1)   # its loads and transposes overlap this head's steps
+                    first = False
+                    yield ("step", st)
+            if first and j + 1 < len(heads):
+                nxt = prepare(j + 1)
+
+    stream, made = steps(), []
+
+    def step(n):
+        """Step n of the stream (None past the end); empty key blocks are written out as they appear."""
+        while len(made) <= n:
+            item = next(stream, None)
+            if item is None:
+                made.append(None)
+            elif item[0] == "empty":
+                drain_block(item[1], ctx, dk, dv)
+            else:
+                made.append(item[1])
+        return made[n]
+
+    n = -AHEAD_A
+    while True:
+        if n - BEHIND_F >= 0 and step(n - BEHIND_F) is None:
+            break
+        for dist in (AHEAD_A, AHEAD_B, AHEAD_C):
+            if n + dist >= 0:
+                step(n + dist)    # make the steps (and prepare heads) before this step's stages
+        cur = step(n) if n >= 0 else None
+        if cur is not None:
+            stage_d(cur, ctx)
+        if n - BEHIND_E >= 0 and step(n - BEHIND_E) is not None:
+            stage_e(step(n - BEHIND_E), ctx)
+        if n - BEHIND_F >= 0 and step(n - BEHIND_F) is not None:
+            stage_f(step(n - BEHIND_F), ctx, dq)
+        # C, B, A in this order: each reads what the next one overwrites in a one-slot ring
+        for dist, stage in ((AHEAD_C, stage_c), (AHEAD_B, stage_b), (AHEAD_A, stage_a)):
+            if n + dist >= 0 and step(n + dist) is not None:
+                stage(step(n + dist), ctx)
+        if cur is not None and cur.ends_block:
+            drain_block(cur.block, ctx, dk, dv)
+        n += 1
+    return dq, dk, dv
