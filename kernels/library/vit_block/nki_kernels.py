@@ -3,17 +3,16 @@
     h1  = x + o_proj(attention(q_proj(ln1(x)), k_proj(ln1(x)), v_proj(ln1(x))))
     out = h1 + fc2(gelu(fc1(ln2(h1))))
 
-Per image (S tokens) everything stays on chip: LayerNorm on row tiles; ln1(x)^T built with Tensor Engine
-transposes; Q^T and K^T produced transposed (features on partitions: two 64-dim heads per 128-partition
-tile, bias fused in the PSUM evacuation), V row-major; per head and 128-query tile the scores stay in
-PSUM, softmax reads them there (max on the Vector Engine, exp with the 1/sqrt(d) scale and a fused row
-sum on the Scalar Engine), P^T comes from Tensor Engine transposes, P V accumulates in PSUM and is
-normalised by 1/sum on the way out; the output projection adds bias and residual during its PSUM
-evacuation; the MLP is the fused gelu-mlp stage. With ``resident`` every weight is transposed once and
-stays in SBUF across the batch; otherwise each is loaded just before its stage (large or fp32 weights).
+Per image (S tokens) everything stays on chip; the stages are in stages.py: LayerNorm on row tiles, Q^T
+(pre-scaled by 1/sqrt(dh)) and K^T produced transposed, V row-major; attention per (128-query tile, head)
+with scores in PSUM and the softmax on chip, software-pipelined over the steps; the output projection and
+fc2 add bias and residual in their PSUM evacuation. The images form a software pipeline: image b's
+attention (Vector/Scalar bound) is interleaved unit by unit in program order with image b-1's output
+projection and MLP and image b+1's LayerNorm and projections (Tensor bound), so the in-order engine queues
+overlap them. With ``resident`` every weight is transposed once and stays in SBUF across the batch;
+otherwise each is loaded just before its stage (large or fp32 weights) and images run one at a time.
 """
 import nki
-import nki.isa as nisa
 import nki.language as nl
 
 from kernels.library.gelu_mlp.nki_kernels import load_linear

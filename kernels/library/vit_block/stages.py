@@ -18,10 +18,11 @@ from kernels.library.layernorm.nki_kernels import normalize_tile
 from kernels.library.matmul.nki_kernels import TILE_K, TILE_M, TILE_N, _cdiv, copy_psum, plain_tiles
 from kernels.library.vit_attn.nki_kernels import Ring, psum_width
 
-# attention pipeline distances: step n issues the scores of step n+3, the exp of n+2, the P^T transposes
-# of n+1 and P V of n, so each stage's inputs were issued a whole step earlier
-AHEAD_SCORES = 3
-AHEAD_EXP = 2
+# attention pipeline distances: step n issues the scores of step n+4, the exp of n+3, the P^T transposes
+# of n+1 and P V of n, so each stage's inputs were issued at least a step earlier (exp sits two steps
+# behind the row max: the Scalar queue also carries the neighbours' GELU and Q/K evacuations)
+AHEAD_SCORES = 4
+AHEAD_EXP = 3
 AHEAD_TRANSPOSE = 1
 LN_LAG = 3          # units issued between a LayerNorm and the transposes of its output (its chain is long)
 
@@ -124,8 +125,9 @@ class _Step:
 def attention_stage(st, s, d, heads, dt):
     """softmax(Q K^T) V of one image from st's q_t, k_t, v_rows (pre_stage); leaves st["attn"] = [(tile
     [rows, D] of ``dt``, rows)] per 128 queries. A software pipeline over (q tile, head) steps: step n
-    issues the scores of step n+3 (Tensor, then the row max on Vector), the exp of step n+2 (Scalar, row
-    sum fused), the P^T transposes of step n+1 (Tensor, copied out on Vector/Scalar) and P V of step n
+    issues the scores of step n+AHEAD_SCORES (Tensor, then the row max on Vector), the exp of step
+    n+AHEAD_EXP (Scalar, row sum fused), the P^T transposes of step n+1 (Tensor, copied out on
+    Vector/Scalar) and P V of step n
     (Tensor), so no queue waits on work issued in the same step."""
     q_t, k_t, v_rows = st["q_t"], st["k_t"], st["v_rows"]
     dh = d // heads
