@@ -68,7 +68,10 @@ def flash(target, quick):
     bq, bk = _z(1, 2, bs, d), _z(1, 2, bs, d)
     bwd = nki.profile(flash_bwd_kernel, bq, bk, bk, bq, bq, _z(1, 2, bs, dtype=torch.float32),
                       _z(1, 2, bs, dtype=torch.float32), False, 1 / math.sqrt(d), target=target)
-    row("flash bwd", f"(1, 2, {bs}, {d}) bf16", bwd)
+    row("flash bwd", f"(1, 2, {bs}, {d}) bf16", bwd, "(MFU of the backward's matmuls)")
+    bwd_c = nki.profile(flash_bwd_kernel, bq, bk, bk, bq, bq, _z(1, 2, bs, dtype=torch.float32),
+                        _z(1, 2, bs, dtype=torch.float32), True, 1 / math.sqrt(d), target=target)
+    row("flash bwd causal", f"(1, 2, {bs}, {d}) bf16", bwd_c)
     return fwd.mfu
 
 

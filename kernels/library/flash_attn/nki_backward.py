@@ -93,7 +93,7 @@ def stage_d(st, ctx):
     blk = st.block
     for t, (c0, kc) in enumerate(st.key_tiles):
         first = t not in blk["started"]
-        blk["started"].add(t)
+        blk["started"][t] = max(kc, blk["started"].get(t, 0))   # causal: keys past the last query stay unwritten
         nisa.nc_matmul(dst=blk["dv"][:kc, t, :], stationary=st.p[:r, c0:c0 + kc], moving=hd["do"][:r, i, :],
                        accumulate=not first)
         nisa.nc_matmul(dst=blk["dk"][:kc, t, :], stationary=st.ds[:r, c0:c0 + kc], moving=hd["q"][:r, i, :],
@@ -148,11 +148,12 @@ def drain_block(blk, ctx, dk, dv):
     for name, ps, scale, out in (("dk", blk["dk"], ctx["scale"], dk), ("dv", blk["dv"], 1.0, dv)):
         acc = kv.get(name + "_acc")
         o_sb = ctx[name + "_out"].next() if last_g else None
-        for t, (c0, kc) in enumerate(tiles):
+        for t, (c0, full_kc) in enumerate(tiles):
             kt = (kb + c0) // P
-            if t not in blk["started"]:      # causal keys past every query: zero gradient
-                if last_g:
-                    nisa.memset(dst=o_sb[:kc, t, :], value=0.0)
+            kc = blk["started"].get(t, 0)
+            if kc < full_kc and last_g:      # causal keys past every query: zero gradient
+                nisa.memset(dst=o_sb[:full_kc, t, :], value=0.0)
+            if not kc:
                 continue
             if ctx["group"] == 1:
                 nisa.tensor_scalar(dst=o_sb[:kc, t, :], data=ps[:kc, t, :], op0=nl.multiply, operand0=scale,
@@ -312,7 +313,7 @@ def flash_bwd_kernel(q, k, v, o, do, lse, dlse, causal, scale):
             first = True
             for kb in range(0, sk, BANK):
                 live = [(i, q0, r) for i, (q0, r) in enumerate(qtiles) if not causal or q0 + r > kb]
-                block = {"kv": hd["kv"], "g": g, "kb": kb, "bw": min(BANK, sk - kb), "started": set(),
+                block = {"kv": hd["kv"], "g": g, "kb": kb, "bw": min(BANK, sk - kb), "started": {},
                          "dk": None, "dv": None}
                 if not live:
                     block["dk"] = block["dv"] = None

@@ -91,3 +91,25 @@ def test_opcheck():
 def test_bad_arguments(args, kwargs, name):
     with pytest.raises(ValueError, match=name):
         flash_attention(*args, **kwargs)
+
+
+def test_backward_too_long_for_sbuf_is_a_clear_error():
+    from kernels.library.flash_attn.nki_kernels import flash_bwd_kernel
+    q = torch.zeros(1, 1, 16384, 128, dtype=torch.bfloat16)
+    lse = torch.zeros(1, 1, 16384)
+    with pytest.raises(ValueError, match="SBUF"):
+        flash_bwd_kernel.trace(q, q, q, q, q, lse, lse, False, 0.1)
+
+
+def test_gradients_long_keys_gqa_causal_bf16():
+    # several 512-key blocks, partial tiles, two q heads per kv head (dK/dV summed over the group)
+    g = torch.Generator().manual_seed(6)
+    q = _rand((1, 4, 300, 64), torch.bfloat16, g).requires_grad_()
+    k, v = (_rand((1, 2, 700, 64), torch.bfloat16, g).requires_grad_() for _ in range(2))
+    out = flash_attention(q, k, v, causal=True)
+    w = torch.randn(out.shape, generator=g)
+    grads = torch.autograd.grad((out.float() * w).sum(), (q, k, v))
+    leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    expected = torch.autograd.grad((attention_with_lse(*leaves, True)[0] * w).sum(), leaves)
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(got.float(), want, atol=3e-2 * want.abs().max().item(), rtol=3e-2)
