@@ -3,15 +3,20 @@
 Compiling traces the kernel for the arguments' shapes and dtypes, validates it, allocates SBUF and PSUM,
 and schedules it on the target's engine queues; the dependencies (semaphore edges) and the instruction
 order per queue go to ``program.meta["compile"]``. The result is cached in memory (on the jitted kernel)
-and on disk under a key computed BEFORE tracing from the kernel's source file, its name, the argument
-signature, the target and the toolchain (nki + simulator sources): a second process with the same kernel
-and shapes loads the artifact and traces nothing.
+and on disk under a key computed BEFORE tracing from the sources of every project module the kernel can
+reach (its own file and, transitively, the modules whose functions, classes or namespaces it refers to),
+its name, the argument signature, the target and the toolchain (nki + simulator sources): a second process
+with the same kernel and shapes loads the artifact and traces nothing.
 """
 from __future__ import annotations
 
 import hashlib
 import inspect
 import json
+import os
+import sys
+import sysconfig
+import types
 from pathlib import Path
 
 from nki import config
@@ -39,12 +44,51 @@ def toolchain_digest() -> str:
     return _TOOLCHAIN[0]
 
 
+def _outside_project(path: str) -> bool:
+    # Installed packages and the standard library change only with an install (the toolchain digest
+    # covers nki and simulator); everything else a kernel reaches is hashed.
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    own = Path(__file__).resolve().parent.parent
+    resolved = str(Path(path).resolve())
+    return any(resolved.startswith(str(Path(r).resolve()) + os.sep) for r in roots) or \
+        any(resolved.startswith(str(own / pkg) + os.sep) for pkg in ("nki", "simulator"))
+
+
+def source_files(fn) -> list[str]:
+    """The source files a kernel can reach: its own module and, transitively, every project module
+    that module (or one it reaches) refers to through a module, function or class global. Editing any
+    of them changes the cache key."""
+    start = sys.modules.get(fn.__module__)
+    seen: dict[str, None] = {}
+    stack = [start] if start is not None else []
+    visited = set()
+    while stack:
+        module = stack.pop()
+        if id(module) in visited:
+            continue
+        visited.add(id(module))
+        path = getattr(module, "__file__", None)
+        if not path or _outside_project(path):
+            continue
+        seen[path] = None
+        for value in list(vars(module).values()):
+            if isinstance(value, types.ModuleType):
+                stack.append(value)
+            else:
+                inner = getattr(value, "fn", value)  # a JitKernel's function
+                owner = sys.modules.get(getattr(inner, "__module__", None) or "")
+                if owner is not None and (inspect.isfunction(inner) or inspect.isclass(inner)):
+                    stack.append(owner)
+    return sorted(seen)
+
+
 def cache_key(kernel: JitKernel, signature, target) -> str | None:
     """The disk-cache key of a kernel for an argument signature and target, or None when the kernel's
     source cannot be read or an argument has no stable text (such kernels are not disk-cached)."""
     fn = kernel.fn
     try:
-        source = Path(inspect.getsourcefile(fn)).read_text()
+        files = source_files(fn) or [inspect.getsourcefile(fn)]
+        source = "".join(f"{path}\n{Path(path).read_text()}" for path in files)
     except (TypeError, OSError):
         try:
             source = inspect.getsource(fn)

@@ -148,3 +148,29 @@ def test_kernel_rule_errors_surface_from_compile(tmp_path, cache):
     with pytest.raises(nki.KernelRuleError) as info:
         nki.compile(mod.scale, np.zeros((256, 8), np.float32))
     assert info.value.rule == "partition-dim-limit" and "kmod_g.py" in str(info.value)
+
+
+def test_editing_a_helper_module_the_kernel_imports_changes_the_cache_key(tmp_path, cache):
+    # A kernel built from helpers in another file must not come back stale from the disk cache after
+    # the helper file changes.
+    import importlib
+
+    from nki.compile import cache_key
+    from simulator.targets import get_target
+
+    (tmp_path / "kmod_helpers.py").write_text("import nki.language as nl\n\ndef times(t):\n"
+                                             "    return nl.multiply(t, 3.0)\n")
+    (tmp_path / "kmod_user.py").write_text(
+        "import nki\nimport nki.language as nl\nfrom kmod_helpers import times\n\n@nki.jit\ndef k(x):\n"
+        "    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)\n"
+        "    nl.store(out, times(nl.load(x)))\n    return out\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        user = importlib.import_module("kmod_user")
+    finally:
+        sys.path.remove(str(tmp_path))
+    sig = (("x", "T", (128, 4), "float32"),)
+    before = cache_key(user.k, sig, get_target("trn2"))
+    (tmp_path / "kmod_helpers.py").write_text("import nki.language as nl\n\ndef times(t):\n"
+                                             "    return nl.multiply(t, 4.0)\n")
+    assert cache_key(user.k, sig, get_target("trn2")) != before
