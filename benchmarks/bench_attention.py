@@ -1,5 +1,5 @@
 """Cost-model estimates for the attention kernels: neuron/vit-attn against its unfused baseline, and
-neuron/flash-attn's forward MFU (plus its backward), on trn2 unless --target says otherwise.
+neuron/flash-attn's forward and backward MFU, on trn2 unless --target says otherwise.
 
     .venv/bin/python benchmarks/bench_attention.py            # the issue's shapes (about a minute: tracing)
     .venv/bin/python benchmarks/bench_attention.py --quick    # smaller flash-attn shape
@@ -72,6 +72,10 @@ def flash(target, quick):
     bwd_c = nki.profile(flash_bwd_kernel, bq, bk, bk, bq, bq, _z(1, 2, bs, dtype=torch.float32),
                         _z(1, 2, bs, dtype=torch.float32), True, 1 / math.sqrt(d), target=target)
     row("flash bwd causal", f"(1, 2, {bs}, {d}) bf16", bwd_c)
+    if not quick:   # the issue's shape (about 30 s of tracing)
+        lse = _z(b, h, s, dtype=torch.float32)
+        bwd_full = nki.profile(flash_bwd_kernel, q, k, v, q, q, lse, lse, False, 1 / math.sqrt(d), target=target)
+        row("flash bwd", shape, bwd_full)
     return fwd.mfu
 
 

@@ -25,27 +25,72 @@ from .nki_kernels import BANK, NEG, P, Ring, load_head_rows, row_tiles
 
 AHEAD_A, AHEAD_B, AHEAD_C = 3, 2, 1   # pipeline distances (steps ahead of D); E and F trail by 1 and 2
 BEHIND_E, BEHIND_F = 1, 2
-SBUF_BUDGET = 192 * 1024 - 16 * 1024  # bytes per partition: the smallest target (trn1) less the rings
+# The next head is prepared when the current head's step PREPARE_AT is made: by then every stage of the
+# previous head has been issued, so its slots can be reused (two slots per ring suffice for long heads).
+PREPARE_AT = AHEAD_A + BEHIND_F
+# Working rings [128, slots, cols]: name, columns, fp32 (else the input dtype), slots (the pipeline distance
+# the buffer lives, plus two).
+WORK_RINGS = (("p", BANK, False, AHEAD_B + 2), ("t", BANK, True, AHEAD_B - AHEAD_C + 2),
+              ("ds", BANK, False, AHEAD_C + 2), ("dsT", BANK, False, BEHIND_F - BEHIND_E + 2))
 
 
-def bwd_sbuf_bytes(sq, sk, d, group, itemsize):
-    """SBUF bytes per partition the backward kernel keeps resident for (Sq, Sk, D) and its group size:
-    two kv heads in flight (K, V rows and their transposes), two q heads (Q, dO, O rows, Q^T, dO^T,
-    the dQ accumulator) and the dK/dV accumulators of a group."""
+def head_slots(sq, sk, causal, group):
+    """(q-head slots, kv-head slots) of the per-head rings: two when a head has more steps than
+    PREPARE_AT, else enough for every head the pipeline (AHEAD_A + BEHIND_F + 1 steps) spans."""
+    nqt = len(row_tiles(sq))
+    head_steps = nqt * (1 if causal else -(-sk // BANK))
+    if head_steps > PREPARE_AT:
+        return 2, 2
+    span = AHEAD_A + BEHIND_F + 1
+    return 2 + -(-span // head_steps), 2 + -(-span // (head_steps * group))
+
+
+def bwd_sbuf_bytes(sq, sk, d, group, itemsize, causal=False):
+    """SBUF bytes per partition the backward kernel allocates for (Sq, Sk, D), its group size and input
+    itemsize: per kv-head slot K, V (then dV), dK out, K^T, V^T; per q-head slot Q (then dQ), dO, Q^T,
+    dO^T, the fp32 dQ accumulator and two columns; O once; the group's fp32 dK/dV sums; the working rings."""
     nqt, nkt = len(row_tiles(sq)), len(row_tiles(sk))
-    kv = 2 * (2 * nkt * d * itemsize + 2 * sk * itemsize)
-    qh = 2 * (3 * nqt * d * itemsize + 2 * sq * itemsize + nqt * d * 4 + 2 * nqt * 4)
-    acc = 2 * nkt * d * 4 if group > 1 else 0
-    return kv + qh + acc
+    q_slots, kv_slots = head_slots(sq, sk, causal, group)
+    kv = kv_slots * (3 * nkt * d * itemsize + 2 * sk * itemsize)
+    qh = q_slots * (2 * nqt * d * itemsize + 2 * sq * itemsize + nqt * d * 4 + 2 * nqt * 4) + nqt * d * itemsize
+    acc = kv_slots * 2 * nkt * d * 4 if group > 1 else 0
+    work = sum(slots * cols * (4 if f32 else itemsize) for _, cols, f32, slots in WORK_RINGS)
+    small = 3 * d * 4 + 2 * d * 4 + 4 * 4 + (2 * (2 * BANK - P) * 4 if causal else 0)  # dq psum-free tiles, mask
+    return kv + qh + acc + work + small
 
 
-def check_bwd_fits(sq, sk, d, group, itemsize):
-    """ValueError (before any tracing) when the resident tiles of the backward do not fit SBUF."""
-    need = bwd_sbuf_bytes(sq, sk, d, group, itemsize)
-    if need > SBUF_BUDGET:
+def check_bwd_fits(sq, sk, d, group, itemsize, causal, available):
+    """ValueError (before any instruction is traced) when the backward's tiles do not fit ``available``
+    SBUF bytes per partition (the target's, ``nl.tile_size.total_available_sbuf_size``)."""
+    need = bwd_sbuf_bytes(sq, sk, d, group, itemsize, causal)
+    if need > available:
         raise ValueError(f"flash backward: q (Sq={sq}) and k (Sk={sk}) with head dim {d} need {need // 1024} KiB "
-                         f"of SBUF per partition, more than the {SBUF_BUDGET // 1024} KiB available; use "
+                         f"of SBUF per partition, more than the {available // 1024} KiB of the target; use "
                          "shorter sequences (or split the sequence across calls)")
+
+
+def tiled(t, n, interleave):
+    """HBM view [128, n // 128, ...] of the full 128-row tiles of t [n, ...] in the kernel's row layout.
+    Interleaved: partition p holds rows p * nt .. p * nt + nt - 1, one contiguous run per partition (full
+    DMA bandwidth from 2 KiB); natural: tile i holds rows 128 i .. 128 i + 127 (runs of one row; the causal
+    mask needs it). The rows past the last full tile form a natural partial tile either way."""
+    full, rest = n // P, tuple(t.shape[1:])
+    if interleave:
+        return t[:full * P].reshape((P, full) + rest)
+    return t[:full * P].reshape((full, P) + rest).permute((1, 0) + tuple(range(2, 2 + len(rest))))
+
+
+def move_rows(hbm, n, sb, interleave, store=False):
+    """HBM [n, D] <-> SBUF [128, ntiles, D] in the row layout of ``tiled``: one DMA for the full tiles,
+    one for the partial tile."""
+    full, rest = n // P, n % P
+    pairs = []
+    if full:
+        pairs.append((tiled(hbm, n, interleave), sb[:, :full, :]))
+    if rest:
+        pairs.append((hbm[full * P:n, :], sb[:rest, full, :]))
+    for h, s in pairs:
+        nisa.dma_copy(dst=h, src=s) if store else nisa.dma_copy(dst=s, src=h)
 
 
 class Step:
@@ -119,7 +164,8 @@ def stage_e(st, ctx):
 
 def stage_f(st, ctx, dq):
     """dQ part = dS K over the block's key tiles (Tensor), accumulated as scale * part in SBUF fp32
-    (Vector); after the last key block the sum goes out in dq's dtype."""
+    (Vector); after the tile's last key block the sum goes, in dq's dtype, into Q's slot (no later step
+    reads that Q tile) and the head's last step stores the whole head in one DMA."""
     hd, r, i, d = st.head, st.r, st.i, ctx["d"]
     ps = ctx["dq_ps"].next()
     for t, (c0, kc) in enumerate(st.key_tiles):
@@ -128,58 +174,48 @@ def stage_f(st, ctx, dq):
     acc = hd["dq_acc"][:r, i, :]
     target = acc
     if st.last_kb:
-        target = ctx["dq_out"].next()[:r]
+        target = hd["q"][:r, i, :]
     if st.first_kb:
         nisa.tensor_scalar(dst=target, data=ps[:r, :d], op0=nl.multiply, operand0=ctx["scale"])
     else:
         nisa.scalar_tensor_tensor(dst=target, data=ps[:r, :d], op0=nl.multiply, operand0=ctx["scale"], op1=nl.add,
                                   operand1=acc)
-    if st.last_kb:
+    if st.last_of_head:
         b, h = hd["bh"]
-        nisa.dma_copy(dst=dq[b, h, st.q0:st.q0 + r, :], src=target)
+        move_rows(dq[b, h], ctx["sq"], hd["q"], ctx["interleave"], store=True)
 
 
 def drain_block(blk, ctx, dk, dv):
     """After a key block's last step of one q head: dK, dV leave PSUM, summed over the group's q heads
-    in SBUF fp32; the last head writes them (dK scaled) in the output dtype."""
+    in SBUF fp32; the last head writes them (dK scaled) in the output dtype into the kv head's dK tile
+    and V's slot (V is only read by its transposes), and the kv head's last block stores both."""
     kv, g, last_g = blk["kv"], blk["g"], blk["g"] == ctx["group"] - 1
     kb, bw = blk["kb"], blk["bw"]
     tiles = row_tiles(bw)
     for name, ps, scale, out in (("dk", blk["dk"], ctx["scale"], dk), ("dv", blk["dv"], 1.0, dv)):
         acc = kv.get(name + "_acc")
-        o_sb = ctx[name + "_out"].next() if last_g else None
+        o_sb = kv["dk_out" if name == "dk" else "v"]
         for t, (c0, full_kc) in enumerate(tiles):
             kt = (kb + c0) // P
-            kc = blk["started"].get(t, 0)
-            if kc < full_kc and last_g:      # causal keys past every query: zero gradient
-                nisa.memset(dst=o_sb[:full_kc, t, :], value=0.0)
+            kc = blk["started"].get(t, 0)   # causal: the rows past every query were zeroed by kv_head
             if not kc:
                 continue
             if ctx["group"] == 1:
-                nisa.tensor_scalar(dst=o_sb[:kc, t, :], data=ps[:kc, t, :], op0=nl.multiply, operand0=scale,
+                nisa.tensor_scalar(dst=o_sb[:kc, kt, :], data=ps[:kc, t, :], op0=nl.multiply, operand0=scale,
                                    engine=nisa.scalar_engine if name == "dk" else nisa.vector_engine)
             elif g == 0:
                 nisa.tensor_copy(dst=acc[:kc, kt, :], src=ps[:kc, t, :])
             elif not last_g:
                 nisa.tensor_tensor(dst=acc[:kc, kt, :], data1=acc[:kc, kt, :], data2=ps[:kc, t, :], op=nl.add)
             else:
-                nisa.scalar_tensor_tensor(dst=o_sb[:kc, t, :], data=ps[:kc, t, :], op0=nl.multiply, operand0=1.0,
+                nisa.scalar_tensor_tensor(dst=o_sb[:kc, kt, :], data=ps[:kc, t, :], op0=nl.multiply, operand0=1.0,
                                           op1=nl.add, operand1=acc[:kc, kt, :])
                 if scale != 1.0:
-                    nisa.tensor_scalar(dst=o_sb[:kc, t, :], data=o_sb[:kc, t, :], op0=nl.multiply, operand0=scale,
+                    nisa.tensor_scalar(dst=o_sb[:kc, kt, :], data=o_sb[:kc, kt, :], op0=nl.multiply, operand0=scale,
                                        engine=nisa.gpsimd_engine)
-        if last_g:
+        if blk["store"]:
             b, hk = kv["bh"]
-            store_rows(out[b, hk], kb, bw, o_sb)
-
-
-def store_rows(dst, k0, n, src):
-    """src [128, ntiles, D] (SBUF) -> dst[k0:k0 + n] (HBM): one DMA for the full tiles, one for the rest."""
-    full, d = n // P, src.shape[2]
-    if full:
-        nisa.dma_copy(dst=dst[k0:k0 + full * P, :].reshape((full, P, d)).permute((1, 0, 2)), src=src[:, :full, :])
-    if n % P:
-        nisa.dma_copy(dst=dst[k0 + full * P:k0 + n, :], src=src[:n % P, full, :])
+            move_rows(out[b, hk], ctx["sk"], o_sb, ctx["interleave"], store=True)
 
 
 def wide_causal_mask(sq_tiles):
@@ -199,20 +235,25 @@ def wide_causal_mask(sq_tiles):
 def flash_bwd_kernel(q, k, v, o, do, lse, dlse, causal, scale):
     """Flash attention backward. q/o/do (B, Hq, Sq, D), k/v (B, Hkv, Sk, D) bf16 or fp32, lse and dlse
     (B, Hq, Sq) fp32 (dlse: the gradient reaching lse, zeros if none). Returns dq (B, Hq, Sq, D),
-    dk and dv (B, Hkv, Sk, D) in q's dtype. ValueError when Sq, Sk are too long for SBUF."""
+    dk and dv (B, Hkv, Sk, D) in q's dtype. ValueError when Sq, Sk are too long for the target's SBUF.
+
+    Non-causal, rows are interleaved over the tiles (see ``tiled``: every load and store of a head is one
+    DMA with one contiguous run per partition); causal keeps natural 128-row tiles for the mask."""
     bsz, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     group = hq // hkv
     dtype = q.dtype
-    check_bwd_fits(sq, sk, d, group, q.itemsize)
+    check_bwd_fits(sq, sk, d, group, q.itemsize, causal, nl.tile_size.total_available_sbuf_size)
     dq = nl.ndarray((bsz, hq, sq, d), dtype=dtype, buffer=nl.shared_hbm)
     dk = nl.ndarray((bsz, hkv, sk, d), dtype=dtype, buffer=nl.shared_hbm)
     dv = nl.ndarray((bsz, hkv, sk, d), dtype=dtype, buffer=nl.shared_hbm)
     qtiles, nkt = row_tiles(sq), len(row_tiles(sk))
     nqt = len(qtiles)
+    interleave = not causal
     mask, mask_off = wide_causal_mask(nqt) if causal else (None, 0)
     ctx = {
-        "d": d, "causal": causal, "scale": scale, "group": group, "mask": mask, "mask_off": mask_off,
+        "d": d, "sq": sq, "sk": sk, "causal": causal, "interleave": interleave, "scale": scale, "group": group,
+        "mask": mask, "mask_off": mask_off,
         # PSUM (8 banks): S 1, dP 1, dS^T 2, head transposes 1, dK + dV 2, dQ half a bank
         # (S and dP are read by stage B of the next step before stage A writes again: one slot each)
         "s": Ring((P, BANK), nl.float32, nl.psum, 1, "s_psum"),
@@ -220,28 +261,21 @@ def flash_bwd_kernel(q, k, v, o, do, lse, dlse, causal, scale):
         "tp": Ring((P, BANK), nl.float32, nl.psum, 2, "tp_psum"),
         "head_tp": Ring((P, BANK), nl.float32, nl.psum, 1, "head_tp_psum"),
         "dq_ps": Ring((P, d), nl.float32, nl.psum, 2, "dq_psum"),
-        "p": Ring((P, BANK), dtype, nl.sbuf, AHEAD_B + 2, "p"),
-        "t": Ring((P, BANK), nl.float32, nl.sbuf, AHEAD_B - AHEAD_C + 2, "t"),
-        "ds": Ring((P, BANK), dtype, nl.sbuf, AHEAD_C + 2, "ds"),
-        "dsT": Ring((P, BANK), dtype, nl.sbuf, BEHIND_F - BEHIND_E + 2, "dsT"),
-        "dq_out": Ring((P, d), dtype, nl.sbuf, 3, "dq_out"),
-        "dk_out": Ring((P, BANK // P, d), dtype, nl.sbuf, 2, "dk_out"),
-        "dv_out": Ring((P, BANK // P, d), dtype, nl.sbuf, 2, "dv_out"),
     }
+    for name, cols, f32, slots in WORK_RINGS:
+        ctx[name] = Ring((P, cols), nl.float32 if f32 else dtype, nl.sbuf, slots, name)
     dkv_ps = Ring((P, 2, BANK // P, d), nl.float32, nl.psum, 1, "dkv_psum")
-    # heads in flight: the pipeline spans AHEAD_A + BEHIND_F + 1 steps, a q head has at least
-    # nqt (causal) or nqt * key blocks steps; plus the head prepared ahead
-    head_steps = nqt * (1 if causal else -(-sk // BANK))
-    q_slots = 2 + -(-(AHEAD_A + BEHIND_F + 1) // head_steps)
-    kv_slots = 2 + -(-(AHEAD_A + BEHIND_F + 1) // (head_steps * group))
-    kv_names = ("k", "v", "kT", "vT", "dk_acc", "dv_acc")
+    q_slots, kv_slots = head_slots(sq, sk, causal, group)
+    kv_names = ("k", "v", "kT", "vT", "dk_out", "dk_acc", "dv_acc")
     rings = {name: Ring(shape, dt, nl.sbuf, kv_slots if name in kv_names else q_slots, name)
              for name, shape, dt in (
         ("k", (P, nkt, d), dtype), ("v", (P, nkt, d), dtype), ("kT", (d, sk), dtype), ("vT", (d, sk), dtype),
-        ("q", (P, nqt, d), dtype), ("do", (P, nqt, d), dtype), ("o", (P, nqt, d), dtype),
+        ("dk_out", (P, nkt, d), dtype),
+        ("q", (P, nqt, d), dtype), ("do", (P, nqt, d), dtype),
         ("qT", (d, sq), dtype), ("doT", (d, sq), dtype), ("dq_acc", (P, nqt, d), nl.float32),
         ("nlse", (P, nqt), nl.float32), ("ndelta", (P, nqt), nl.float32))
              + ((("dk_acc", (P, nkt, d), nl.float32), ("dv_acc", (P, nkt, d), nl.float32)) if group > 1 else ())}
+    o_sb = nl.ndarray((P, nqt, d), dtype=dtype, buffer=nl.sbuf, name="o")   # only read while a head is prepared
     ctx["prod"] = Ring((P, d), nl.float32, nl.sbuf, 2, "do_o")
     ctx["dot"] = Ring((P, 1), nl.float32, nl.sbuf, 2, "do_o_sum")
 
@@ -257,7 +291,7 @@ def flash_bwd_kernel(q, k, v, o, do, lse, dlse, causal, scale):
         """src (Sq,) fp32 (HBM) -> dst [128, nqt] (column i = q tile i), negated on GpSimd if asked."""
         full, rest = sq // P, sq % P
         if full:
-            nisa.dma_copy(dst=dst[:, :full], src=src[:full * P].reshape((full, P)).permute((1, 0)))
+            nisa.dma_copy(dst=dst[:, :full], src=tiled(src, sq, interleave))
         if rest:
             nisa.dma_copy(dst=dst[:rest, full:full + 1], src=src[full * P:sq].reshape((rest, 1)))
         for sl in ((slice(0, P), slice(0, full)), (slice(0, rest), slice(full, full + 1))) if negate else ():
@@ -266,28 +300,35 @@ def flash_bwd_kernel(q, k, v, o, do, lse, dlse, causal, scale):
                                    engine=nisa.gpsimd_engine)
 
     def kv_head(b, hk):
-        kv = {name: rings[name].next() for name in ("k", "v", "kT", "vT")}
-        load_head_rows(k[b, hk], sk, kv["k"])
-        load_head_rows(v[b, hk], sk, kv["v"])
+        kv = {name: rings[name].next() for name in ("k", "v", "kT", "vT", "dk_out")}
+        move_rows(k[b, hk], sk, kv["k"], interleave)
+        move_rows(v[b, hk], sk, kv["v"], interleave)
         transpose_into(kv["k"], sk, kv["kT"], 1.0)
         transpose_into(kv["v"], sk, kv["vT"], 1.0)
+        if causal and sk > sq:
+            # keys past the last query get no gradient; the tiles holding them are zeroed (drain_block
+            # then writes the rows some query sees)
+            for name in ("dk_out", "v"):
+                nisa.memset(dst=kv[name][:, sq // P:nkt, :], value=0.0)
         if group > 1:
             kv["dk_acc"], kv["dv_acc"] = rings["dk_acc"].next(), rings["dv_acc"].next()
         kv["bh"] = (b, hk)
         return kv
 
     def q_head(b, h, kv):
-        hd = {name: rings[name].next() for name in ("q", "do", "o", "qT", "doT", "dq_acc", "nlse", "ndelta")}
-        for name, src in (("q", q), ("do", do), ("o", o)):
-            load_head_rows(src[b, h], sq, hd[name])
+        hd = {name: rings[name].next() for name in ("q", "do", "qT", "doT", "dq_acc", "nlse", "ndelta")}
+        # Q and dO first: their transposes are the first head's critical path
+        for name, src in (("q", q), ("do", do)):
+            move_rows(src[b, h], sq, hd[name], interleave)
         transpose_into(hd["q"], sq, hd["qT"], scale)
         transpose_into(hd["do"], sq, hd["doT"], 1.0)
+        move_rows(o[b, h], sq, o_sb, interleave)
         # -lse and -delta = dlse - rowsum(dO * O) per q tile (column)
         columns(lse[b, h], hd["nlse"], True)
         columns(dlse[b, h], hd["ndelta"], False)
         for i, (q0, r) in enumerate(qtiles):
             prod, dot = ctx["prod"].next(), ctx["dot"].next()[:r]
-            nisa.tensor_tensor(dst=prod[:r], data1=hd["do"][:r, i, :], data2=hd["o"][:r, i, :],
+            nisa.tensor_tensor(dst=prod[:r], data1=hd["do"][:r, i, :], data2=o_sb[:r, i, :],
                                op=nl.multiply, engine=nisa.gpsimd_engine)
             nisa.tensor_reduce(dst=dot, op=nl.add, data=prod[:r], axis=1)
             nisa.tensor_tensor(dst=hd["ndelta"][:r, i:i + 1], data1=hd["ndelta"][:r, i:i + 1], data2=dot,
@@ -297,7 +338,8 @@ def flash_bwd_kernel(q, k, v, o, do, lse, dlse, causal, scale):
         return hd
 
     def steps():
-        """The step stream; the next q head is prepared when the current one's first step is made."""
+        """The step stream; the next q head is prepared when the current one's step PREPARE_AT is made
+        (or its last, if it has fewer)."""
         heads = [(b, hk, g) for b in range(bsz) for hk in range(hkv) for g in range(group)]
         kvs = {}
 
@@ -310,15 +352,13 @@ def flash_bwd_kernel(q, k, v, o, do, lse, dlse, causal, scale):
         nxt = prepare(0)
         for j, (b, hk, g) in enumerate(heads):
             hd = nxt
-            first = True
-            for kb in range(0, sk, BANK):
+            # key blocks some query sees (causal: keys below Sq); the last one stores dK, dV
+            kbs = [kb for kb in range(0, sk, BANK) if not causal or kb < sq]
+            made = []
+            for kb in kbs:
                 live = [(i, q0, r) for i, (q0, r) in enumerate(qtiles) if not causal or q0 + r > kb]
                 block = {"kv": hd["kv"], "g": g, "kb": kb, "bw": min(BANK, sk - kb), "started": {},
-                         "dk": None, "dv": None}
-                if not live:
-                    block["dk"] = block["dv"] = None
-                    yield ("empty", block)
-                    continue
+                         "store": g == group - 1 and kb == kbs[-1]}
                 pair = dkv_ps.next()
                 block["dv"], block["dk"] = pair[:, 0], pair[:, 1]
                 for n_i, (i, q0, r) in enumerate(live):
@@ -326,25 +366,20 @@ def flash_bwd_kernel(q, k, v, o, do, lse, dlse, causal, scale):
                     last_kb = kb + BANK >= (min(sk, q0 + r) if causal else sk)
                     st = Step(hd, i, q0, r, kb, bw, kb == 0, last_kb, block)
                     st.ends_block = n_i == len(live) - 1
-                    if first and j + 1 < len(heads):
+                    st.last_of_head = kb == kbs[-1] and st.ends_block
+                    if len(made) == PREPARE_AT and j + 1 < len(heads):
                         nxt = prepare(j + 1)   # its loads and transposes overlap this head's steps
-                    first = False
-                    yield ("step", st)
-            if first and j + 1 < len(heads):
+                    made.append(st)
+                    yield st
+            if len(made) <= PREPARE_AT and j + 1 < len(heads):
                 nxt = prepare(j + 1)
 
     stream, made = steps(), []
 
     def step(n):
-        """Step n of the stream (None past the end); empty key blocks are written out as they appear."""
+        """Step n of the stream (None past the end)."""
         while len(made) <= n:
-            item = next(stream, None)
-            if item is None:
-                made.append(None)
-            elif item[0] == "empty":
-                drain_block(item[1], ctx, dk, dv)
-            else:
-                made.append(item[1])
+            made.append(next(stream, None))
         return made[n]
 
     n = -AHEAD_A

@@ -101,15 +101,46 @@ def test_backward_too_long_for_sbuf_is_a_clear_error():
         flash_bwd_kernel.trace(q, q, q, q, q, lse, lse, False, 0.1)
 
 
-def test_gradients_long_keys_gqa_causal_bf16():
+@pytest.mark.parametrize("shape_q, shape_kv, causal, dtype", [
     # several 512-key blocks, partial tiles, two q heads per kv head (dK/dV summed over the group)
+    ((1, 4, 300, 64), (1, 2, 700, 64), True, torch.bfloat16),
+    # non-causal: rows interleaved over several full tiles, heads long enough to share two slots
+    ((1, 4, 300, 64), (1, 2, 700, 64), False, torch.float32),
+    # causal heads longer than the pipeline (two slots), keys past every query (zero dK, dV)
+    ((1, 3, 700, 64), (1, 1, 900, 64), True, torch.float32),
+])
+def test_gradients_long_keys_gqa(shape_q, shape_kv, causal, dtype):
     g = torch.Generator().manual_seed(6)
-    q = _rand((1, 4, 300, 64), torch.bfloat16, g).requires_grad_()
-    k, v = (_rand((1, 2, 700, 64), torch.bfloat16, g).requires_grad_() for _ in range(2))
-    out = flash_attention(q, k, v, causal=True)
+    q = _rand(shape_q, dtype, g).requires_grad_()
+    k, v = (_rand(shape_kv, dtype, g).requires_grad_() for _ in range(2))
+    out = flash_attention(q, k, v, causal=causal)
     w = torch.randn(out.shape, generator=g)
     grads = torch.autograd.grad((out.float() * w).sum(), (q, k, v))
     leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
-    expected = torch.autograd.grad((attention_with_lse(*leaves, True)[0] * w).sum(), leaves)
+    expected = torch.autograd.grad((attention_with_lse(*leaves, causal)[0] * w).sum(), leaves)
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
     for got, want in zip(grads, expected):
-        torch.testing.assert_close(got.float(), want, atol=3e-2 * want.abs().max().item(), rtol=3e-2)
+        torch.testing.assert_close(got.float(), want, atol=tol * want.abs().max().item(), rtol=tol)
+    if causal and shape_kv[2] > shape_q[2]:
+        assert not grads[1][..., shape_q[2]:, :].any() and not grads[2][..., shape_q[2]:, :].any()
+
+
+def test_backward_sbuf_budget_is_the_targets():
+    # the shape (Sq = Sk = 4096, D = 128, bf16) fits trn2's 224 KiB but not trn1's 192 KiB
+    from kernels.library.flash_attn.nki_backward import bwd_sbuf_bytes, check_bwd_fits
+    assert 192 * 1024 < bwd_sbuf_bytes(4096, 4096, 128, 1, 2) <= 224 * 1024
+    check_bwd_fits(4096, 4096, 128, 1, 2, False, 224 * 1024)
+    with pytest.raises(ValueError, match="192 KiB"):
+        check_bwd_fits(4096, 4096, 128, 1, 2, False, 192 * 1024)
+
+
+def test_backward_sbuf_error_follows_the_target_in_force(monkeypatch):
+    from kernels.library.flash_attn.nki_kernels import flash_bwd_kernel
+    q = torch.zeros(1, 1, 4096, 128, dtype=torch.bfloat16)
+    lse = torch.zeros(1, 1, 4096)
+    with pytest.raises(ValueError, match="192 KiB"):
+        flash_bwd_kernel.trace(q, q, q, q, q, lse, lse, False, 0.1, target="trn1")
+    # the torch op runs on the default target: NEURON_PLATFORM_TARGET_OVERRIDE selects it
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
+    with pytest.raises(ValueError, match="SBUF"):
+        ops.flash_attention_backward(q, q, q, q, q, lse, lse, False, 0.1)
