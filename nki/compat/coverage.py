@@ -40,11 +40,15 @@ GAPS = {
     "neuronxcc.nki.isa.tensor_copy_dynamic_src": _DYN, "neuronxcc.nki.isa.tensor_copy_dynamic_dst": _DYN,
     "nki.isa.nc_matmul_mx": _MX, "nki.isa.quantize_mx": _MX, "nki.language.float8_e5m2_x4": _MX,
     "nki.language.float8_e4m3fn_x4": _MX, "nki.language.float4_e2m1fn_x4": _MX,
-    "nki.isa.local_gather": _HW + " (the cross-partition index layout)", "nki.isa.sequence_bounds": _HW,
-    "neuronxcc.nki.isa.local_gather": _HW + " (the cross-partition index layout)",
-    "neuronxcc.nki.isa.sequence_bounds": _HW, "nki.isa.nonzero_with_count": _HW, "nki.isa.topk": _HW,
-    "nki.isa.dma_compute": _HW, "nki.isa.activate2": _HW, "nki.isa.tensor_scalar_cumulative": _HW,
-    "nki.isa.exponential": _HW, "nki.isa.rand2": "random ranges: use nki.isa.rng / nl.rand",
+    "neuronxcc.nki.isa.local_gather": "old-dialect (tile-returning) wrapper not written; nki.isa.local_gather "
+        "implements the instruction",
+    "neuronxcc.nki.isa.sequence_bounds": "old-dialect (tile-returning) wrapper not written; "
+        "nki.isa.sequence_bounds implements the instruction",
+    "nki.isa.nonzero_with_count": _HW,
+    "nki.isa.topk": "no docstring in the AWS stubs (nki/api/nki/isa/__init__.py has no topk); the API page "
+        "describes a 16-partition 'snake' input layout yet says each partition operates independently, and "
+        "leaves the output layout (per partition or snake) and the order of ties unstated",
+    "nki.isa.tensor_scalar_cumulative": _HW, "nki.isa.rand2": "random ranges: use nki.isa.rng / nl.rand",
     "nki.isa.rand_set_state": "the XORWOW state is not modelled (numpy generator); use set_rng_seed",
     "nki.isa.rand_get_state": "the XORWOW state is not modelled (numpy generator)",
     "nki.isa.NkiInstruction": "explicit instruction dependencies: the simulator keeps program order",
@@ -63,8 +67,9 @@ GAPS = {
     "nki.language.average": "undocumented stub constant",
     "nki.isa.get_nc_sub_version": "undocumented stub (no API page)",
     "nki.language.float8_e8m0fnu": "MX scale dtype; not modelled",
-    "nki.language.prelu": "activation constant of activate2 (not implemented)",
-    "nki.language.bypass": "activation constant of activate2 (not implemented)",
+    "nki.language.prelu": "constant not defined in nki.language; pass op=\"prelu\" to nisa.activate2",
+    "nki.language.bypass": "constant not defined in nki.language; pass None (or \"bypass\") as "
+        "nisa.activate2's op0/op1",
 }
 # Names implemented with a documented difference.
 NOTES = {
@@ -75,6 +80,12 @@ NOTES = {
     "neuronxcc.nki.language.nc": "grids over NeuronCores run one program at a time",
     "nki.language.divide": "supported (the docs list it as unsupported)",
     "nki.language.tfloat32": "stored as float32; tf32 matmul rounding not modelled",
+    "nki.isa.local_gather": "follows AWS's numpy reference (indices are element offsets along the free axis, "
+        "shared by a core's 16 partitions); out-of-bounds indices raise",
+    "nki.isa.dma_compute": "direct form only: vector_offset read-modify-write forms are not traced "
+        "(unique_indices, oob_mode accepted, no effect)",
+    "nki.isa.exponential": "trn3 only; accumulator state lives in reduce_res (reduce_res with idle is rejected)",
+    "nki.isa.activate2": "trn3 only; accumulator state lives in reduce_res (reduce_res with idle is rejected)",
 }
 
 

@@ -286,3 +286,4 @@ from nki.isa.extra import (dma_transpose, dropout, max8, nc_find_index8, nc_matc
                            nc_n_gather, nc_stream_shuffle, range_select, rng, scalar_tensor_tensor,
                            select_reduce, set_rng_seed, tensor_partition_reduce, tensor_scalar_reduce,
                            tensor_tensor_scan)
+from nki.isa.extra import (activate2, dma_compute, exponential, local_gather, sequence_bounds)  # noqa: E402,F401

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nki.isa import _cmd, _engine, _scalar_or_tile, _tile, emit, engine, reduce_cmd
+from nki.isa import _cmd, _engine, _scalar_or_tile, _tile, emit, engine, oob_mode, reduce_cmd
 from nki.ops import op_name
 from nki.tensor import NkiTensor
 
@@ -152,6 +152,104 @@ def rng(dst, engine=engine.unknown, name=None):
     if np.dtype(dst.dtype).kind not in "iu":
         raise ValueError(f"rng: dst must be an integer tile, got {dst.dtype}")
     emit("rand", _engine(engine, "vector"), {"dst": dst}, {})
+    return dst
+
+
+def _accumulator(dsts: dict, srcs: dict, attrs: dict, reduce_res, cmd, fn: str) -> None:
+    # The accumulator is read out only through reduce_res; with idle it would hold an unknown state.
+    if reduce_res is None:
+        return
+    attrs["reduce_cmd"] = _cmd(cmd)
+    if attrs["reduce_cmd"] == "idle":
+        raise ValueError(f"{fn}: reduce_res needs a reduce_cmd other than idle (idle leaves the accumulator "
+                         "unset); pass reduce_cmd=nisa.reduce_cmd.reset_reduce")
+    dsts["reduce_res"] = _tile(reduce_res, "reduce_res")
+    if attrs["reduce_cmd"] == "reduce":
+        srcs["reduce_res"] = reduce_res  # continuing the accumulation reads its current value
+
+
+def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.idle, reduce_init=0.0, name=None):
+    """dst = exp(src - max_value) in fp32 (Vector Engine, NeuronCore-v4 / trn3+). ``max_value``: a number
+    or a [P, 1] tile. With ``reduce_res`` [P, 1] the per-partition sum of dst is accumulated per
+    ``reduce_cmd`` (reset_reduce, reduce onto reduce_res, load_reduce from ``reduce_init``: a number or
+    [P, 1] tile) and written to reduce_res."""
+    _tile(dst, "dst"), _tile(src, "src")
+    srcs, attrs, dsts = {"src": src}, {}, {"dst": dst}
+    _scalar_or_tile(max_value, "max_value", srcs, attrs)
+    cmd = _cmd(reduce_cmd)
+    if cmd != "load_reduce" and not (isinstance(reduce_init, (int, float)) and reduce_init == 0):
+        raise ValueError("exponential: reduce_init must be unset or 0.0 unless reduce_cmd is load_reduce")
+    if cmd == "load_reduce":
+        _scalar_or_tile(reduce_init, "reduce_init", srcs, attrs)
+    _accumulator(dsts, srcs, attrs, reduce_res, reduce_cmd, "exponential")
+    emit("exponential", "vector", dsts, srcs, attrs)
+    return dst
+
+
+def _alu_or_bypass(op) -> str:
+    return "bypass" if op is None else op_name(op)
+
+
+def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False,
+              reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle, name=None):
+    """dst = op((data <op0> imm0) <op1> imm1) on the Scalar Engine (NeuronCore-v4 / trn3+).
+
+    (op0, op1) is one of (multiply, add), (multiply, subtract), (multiply, bypass), (add, bypass),
+    (subtract, bypass), (bypass, bypass); ``None`` or ``"bypass"`` means bypass. ``imm0``/``imm1``:
+    numbers or [P, 1] tiles; ``reverse`` puts the immediate on the left. ``relu_param`` (number or
+    [P, 1] tile) is the negative slope of ``op="prelu"``. With ``reduce_res`` [P, 1] the accumulator
+    folds dst with ``reduce_op`` (add (default), maximum, minimum, abs_max, abs_min) per ``reduce_cmd``
+    (reset_reduce, reduce onto reduce_res, reset) and is written to reduce_res.
+    """
+    _tile(dst, "dst"), _tile(data, "data")
+    srcs, dsts = {"data": data}, {"dst": dst}
+    attrs = {"op": op if isinstance(op, str) else op_name(op), "op0": _alu_or_bypass(op0),
+             "op1": _alu_or_bypass(op1), "reverse0": bool(reverse0), "reverse1": bool(reverse1)}
+    _scalar_or_tile(imm0, "imm0", srcs, attrs)
+    _scalar_or_tile(imm1, "imm1", srcs, attrs)
+    _scalar_or_tile(relu_param, "relu_param", srcs, attrs)
+    if reduce_res is not None:
+        attrs["reduce_op"] = op_name(reduce_op) if reduce_op is not None else "add"
+    _accumulator(dsts, srcs, attrs, reduce_res, reduce_cmd, "activate2")
+    emit("activate2", "scalar", dsts, srcs, attrs)
+    return dst
+
+
+def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None):
+    """GpSimd gather per core of 16 partitions: the core's uint16 ``index`` slice is flattened
+    partition-first (first ``num_valid_indices`` kept, default all) and every partition p of the core
+    gets dst[p, j*E:(j+1)*E] = src_buffer[p, idx[j]:idx[j]+E] (free axes flattened; E =
+    ``num_elem_per_idx`` in {1, 2, 4, 8, 16, 32}; indices are element offsets). dst has src_buffer's
+    dtype and num_valid_indices * E elements per partition; partitions are a multiple of 16."""
+    _tile(dst, "dst"), _tile(src_buffer, "src_buffer"), _tile(index, "index")
+    attrs = {"num_elem_per_idx": int(num_elem_per_idx)}
+    if num_valid_indices is not None:
+        attrs["num_valid_indices"] = int(num_valid_indices)
+    emit("local_gather", "gpsimd", {"dst": dst}, {"src_buffer": src_buffer, "index": index}, attrs)
+    return dst
+
+
+def sequence_bounds(dst, segment_ids, name=None):
+    """dst[1, 2, n]: for each element i of segment_ids[1, n], the start and end (exclusive) index of the
+    run of equal ids holding it; padding ids (0) get start n and end -1. float32 or int32 (GpSimd)."""
+    _tile(dst, "dst"), _tile(segment_ids, "segment_ids")
+    emit("sequence_bounds", "gpsimd", {"dst": dst}, {"segment_ids": segment_ids})
+    return dst
+
+
+def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=oob_mode.error, name=None):
+    """dst = srcs[0] * scales[0] + srcs[1] * scales[1] + ... in fp32 on a DMA queue (HBM or SBUF
+    tensors of equal element counts, 1 to 16 sources). The hardware supports only ``reduce_op=nl.add``
+    and scales of 1.0 (default). ``unique_indices``/``oob_mode`` apply to vector_offset
+    read-modify-write forms, which nkihub does not trace; they are accepted and have no effect."""
+    _tile(dst, "dst")
+    if isinstance(srcs, NkiTensor) or not srcs:
+        raise ValueError("dma_compute: srcs is a non-empty list of tensors")
+    src = {f"src{i}": _tile(t, f"srcs[{i}]") for i, t in enumerate(srcs)}
+    attrs = {"reduce_op": op_name(reduce_op)}
+    if scales is not None:
+        attrs["scales"] = [float(s) for s in scales]
+    emit("dma_compute", "dma", {"dst": dst}, src, attrs)
     return dst
 
 

@@ -1,6 +1,7 @@
 """The instruction table: one row per instruction (see ``base.OpDef``), defined by family modules."""
 from simulator.isa import debug, dma, elementwise, matmul, reduce  # noqa: F401  (each registers its rows)
 from simulator.isa import partition, random, scan, select  # noqa: F401  (issue 7: more families)
+from simulator.isa import activate, dma_compute, gather  # noqa: F401  (v4 activations, DMA math, GpSimd index)
 from simulator.isa.base import (ACCUMULATE, DEBUG, DMA, ELEMENTWISE, ENGINES, GENERATE, MATMUL, OPS, REDUCE,
                                 ExecContext, OpDef, in_category, opdef)
 

@@ -1,4 +1,6 @@
 """The instructions and nl functions added for the rest of the documented API, each against numpy."""
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -6,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 import nki
 import nki.isa as nisa
 import nki.language as nl
+from simulator.errors import KernelRuleError
 
 SETTINGS = settings(max_examples=8, deadline=None)
 shapes = st.tuples(st.sampled_from([1, 4, 32]), st.sampled_from([8, 16, 40]))
@@ -177,3 +180,165 @@ def test_tensor_views():
     np.testing.assert_array_equal(out2, a[1])
     np.testing.assert_array_equal(out3, a.reshape(2, 12)[:, 1:3])
     np.testing.assert_array_equal(out4, a.reshape(2, 12))
+
+
+# -- exponential, activate2, local_gather, sequence_bounds, dma_compute ----------------------------------
+def _load(x):
+    t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    return t
+
+
+def _store(t):
+    out = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@SETTINGS
+@given(shapes, st.integers(0, 100))
+def test_exponential_with_accumulated_sum(shape, seed):
+    a, b, m = _arr(seed, shape), _arr(seed + 1, shape), _arr(seed + 2, (shape[0], 1))
+
+    @nki.jit
+    def k(x, y, mx):
+        mt = _load(mx)
+        e1 = nl.ndarray(shape, np.float32, buffer=nl.sbuf)
+        e2 = nl.ndarray(shape, nl.bfloat16, buffer=nl.sbuf)
+        s = nl.ndarray((shape[0], 1), np.float32, buffer=nl.sbuf)
+        nisa.exponential(dst=e1, src=_load(x), max_value=mt, reduce_res=s, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.exponential(dst=e2, src=_load(y), max_value=0.5, reduce_res=s, reduce_cmd=nisa.reduce_cmd.reduce)
+        return _store(e1), _store(s)
+    e1, s = k(a, b, m, target="trn3")
+    np.testing.assert_allclose(e1, np.exp(a - m), rtol=1e-6)
+    # The accumulator sums the fp32 results (before e2's bf16 rounding).
+    np.testing.assert_allclose(s[:, 0], np.exp(a - m).sum(1) + np.exp(b - 0.5).sum(1), rtol=1e-5)
+
+
+def test_exponential_rules():
+    a = _arr(0, (4, 8))
+
+    @nki.jit
+    def k(x):
+        e = nl.ndarray((4, 8), np.float32, buffer=nl.sbuf)
+        nisa.exponential(dst=e, src=_load(x))
+        return _store(e)
+    np.testing.assert_allclose(k(a, target="trn3"), np.exp(a), rtol=1e-6)
+    with pytest.raises(KernelRuleError, match="NeuronCore-v4"):
+        k(a, target="trn2")
+
+    @nki.jit
+    def bad(x):
+        e = nl.ndarray((4, 8), np.float32, buffer=nl.sbuf)
+        nisa.exponential(dst=e, src=_load(x), reduce_init=1.0)
+        return _store(e)
+    with pytest.raises(ValueError, match="reduce_init"):
+        bad(a, target="trn3")
+
+
+def _gelu(x):
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+@SETTINGS
+@given(shapes, st.integers(0, 100))
+def test_activate2(shape, seed):
+    a, col = _arr(seed, shape), _arr(seed + 1, (shape[0], 1))
+
+    @nki.jit
+    def k(x, c):
+        xt, ct = _load(x), _load(c)
+        g = nl.ndarray(shape, np.float32, buffer=nl.sbuf)
+        nisa.activate2(dst=g, op=nl.gelu, data=xt, imm0=2.0, imm1=0.5, op0=nl.multiply, op1=nl.add)
+        p = nl.ndarray(shape, np.float32, buffer=nl.sbuf)
+        r = nl.ndarray((shape[0], 1), np.float32, buffer=nl.sbuf)
+        nisa.activate2(dst=p, op="prelu", data=xt, imm0=ct, imm1=None, op0=nl.subtract, op1=None, reverse0=True,
+                       relu_param=0.1, reduce_op=nl.minimum, reduce_res=r, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.activate2(dst=p, op=nl.copy, data=xt, imm0=None, imm1=None, op0=None, op1=None,
+                       reduce_op=nl.minimum, reduce_res=r, reduce_cmd=nisa.reduce_cmd.reduce)
+        return _store(g), _store(p), _store(r)
+    g, p, r = k(a, col, target="trn3")
+    np.testing.assert_allclose(g, _gelu(2 * a + 0.5), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(p, a)
+    v = col - a
+    pre = np.where(v >= 0, v, np.float32(0.1) * v)
+    np.testing.assert_allclose(r[:, 0], np.minimum(pre.min(1), a.min(1)), rtol=1e-6)
+
+
+def test_activate2_rules():
+    a = _arr(0, (4, 8))
+
+    def kernel(op0, op1, reverse1=False):
+        @nki.jit
+        def k(x):
+            o = nl.ndarray((4, 8), np.float32, buffer=nl.sbuf)
+            nisa.activate2(o, nl.exp, _load(x), 1.0, 2.0, op0, op1, reverse1=reverse1)
+            return _store(o)
+        return k
+    with pytest.raises(KernelRuleError, match="not supported"):
+        kernel(nl.add, nl.add)(a, target="trn3")
+    with pytest.raises(KernelRuleError, match="reverse1 requires op1"):
+        kernel(nl.add, None, reverse1=True)(a, target="trn3")
+    with pytest.raises(KernelRuleError, match="NeuronCore-v4"):
+        kernel(nl.add, None)(a, target="trn2")
+    np.testing.assert_allclose(kernel(nl.add, None)(a, target="trn3"), np.exp(a + 1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("num_valid", [None, 40])
+def test_local_gather_matches_the_aws_numpy_reference(num_valid):
+    # AWS's example (nki/test/test_nki_isa_local_gather.py) at a smaller size: 2 cores, E = 4.
+    rng = np.random.default_rng(0)
+    src = (rng.random((32, 16, 4)) * 100).astype(np.float32)
+    index = np.tile(rng.integers(0, 16, (16, 4)), (2, 1)).astype(np.uint16)
+    nv = num_valid or 64
+
+    @nki.jit
+    def k(s, i):
+        o = nl.ndarray((32, nv * 4), np.float32, buffer=nl.sbuf)
+        nisa.local_gather(o, _load(s), _load(i), num_elem_per_idx=4, num_valid_indices=num_valid)
+        return _store(o)
+    out = k(src, index * 4)
+    ref = np.empty((32, nv, 4), np.float32)
+    for c in range(2):
+        sl = slice(16 * c, 16 * c + 16)
+        ref[sl] = np.take(src[sl], index[sl].flatten(order="F")[:nv], axis=1)
+    np.testing.assert_array_equal(out, ref.reshape(32, -1))
+
+    @nki.jit
+    def bad(s, i):
+        o = nl.ndarray((32, 64 * 3), np.float32, buffer=nl.sbuf)
+        nisa.local_gather(o, _load(s), _load(i), num_elem_per_idx=3)
+        return _store(o)
+    with pytest.raises(KernelRuleError, match="num_elem_per_idx"):
+        bad(src, index)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float32])
+def test_sequence_bounds_docs_example(dtype):
+    ids = np.array([[0, 1, 1, 2, 2, 2, 0, 3, 3]], dtype)
+
+    @nki.jit
+    def k(s):
+        o = nl.ndarray((1, 2, 9), dtype, buffer=nl.sbuf)
+        nisa.sequence_bounds(dst=o, segment_ids=_load(s))
+        return _store(o)
+    np.testing.assert_array_equal(k(ids), [[[9, 1, 1, 3, 3, 3, 9, 7, 7], [-1, 3, 3, 6, 6, 6, -1, 9, 9]]])
+
+
+def test_dma_compute_sums_sources():
+    a, b, c = _arr(0, (8, 16)), _arr(1, (8, 16)), _arr(2, (8, 16))
+
+    @nki.jit
+    def k(x, y, z):
+        out = nl.ndarray((8, 16), np.float32, buffer=nl.shared_hbm)
+        nisa.dma_compute(dst=out, srcs=[x, _load(y), z], reduce_op=nl.add)
+        return out
+    np.testing.assert_allclose(k(a, b, c), a + b + c, rtol=1e-6)
+
+    @nki.jit
+    def scaled(x, y, z):
+        out = nl.ndarray((8, 16), np.float32, buffer=nl.shared_hbm)
+        nisa.dma_compute(dst=out, srcs=[x, y], reduce_op=nl.add, scales=[2.0, 1.0])
+        return out
+    with pytest.raises(KernelRuleError, match="scales"):
+        scaled(a, b, c)

@@ -135,7 +135,67 @@ def cases(run_op):
         d = got["dst"]
         assert np.all((d == 0) | (d == x))
 
-    return {"tensor_tensor_scan": scan, "scalar_tensor_tensor": stt, "tensor_scalar_reduce": tsr,
+    def exponential(data):
+        s = _shape(data)
+        x, m, init = _arr(data, s), _arr(data, (s[0], 1)), _arr(data, (s[0], 1))
+        got, _ = run_op("exponential", "vector", {"dst": (s, "float32", "sbuf"),
+                        "reduce_res": ((s[0], 1), "float32", "sbuf")},
+                        {"src": (x, "sbuf"), "max_value": (m, "sbuf"), "reduce_init": (init, "sbuf")},
+                        {"reduce_cmd": "load_reduce"}, target="trn3")
+        ref = np.exp(x - m)
+        np.testing.assert_allclose(got["dst"], ref, rtol=1e-6)
+        np.testing.assert_allclose(got["reduce_res"], init + ref.sum(1, keepdims=True), rtol=1e-5)
+
+    def activate2(data):
+        s = _shape(data)
+        x, b = _arr(data, s), _arr(data, (s[0], 1))
+        got, _ = run_op("activate2", "scalar", {"dst": (s, "float32", "sbuf"),
+                        "reduce_res": ((s[0], 1), "float32", "sbuf")}, {"data": (x, "sbuf"), "imm1": (b, "sbuf")},
+                        {"op": "prelu", "op0": "multiply", "imm0": 2.0, "op1": "subtract", "reverse1": True,
+                         "relu_param": 0.25, "reduce_op": "abs_max", "reduce_cmd": "reset_reduce"},
+                        target="trn3")
+        v = b - x * F32(2)
+        ref = np.where(v >= 0, v, v * F32(0.25))
+        _close(got["dst"], ref)
+        _close(got["reduce_res"], np.abs(ref).max(1, keepdims=True))
+
+    def lgather(data):
+        p, f, e = 16 * data.draw(st.integers(1, 2)), data.draw(st.sampled_from([8, 32])), data.draw(
+            st.sampled_from([1, 2, 4]))
+        rng = np.random.default_rng(data.draw(st.integers(0, 99)))
+        x = _arr(data, (p, f * e))
+        idx = (rng.integers(0, f, (p, 3)) * e).astype(np.uint16)
+        nv = data.draw(st.integers(1, 48))
+        got, _ = run_op("local_gather", "gpsimd", out((p, nv * e)), {"src_buffer": (x, "sbuf"),
+                        "index": (idx, "sbuf")}, {"num_elem_per_idx": e, "num_valid_indices": nv})
+        ref = np.empty((p, nv * e), F32)
+        for c in range(0, p, 16):
+            i1 = idx[c:c + 16].flatten(order="F")[:nv].astype(np.int64)
+            ref[c:c + 16] = np.take(x[c:c + 16].reshape(16, f, e), i1 // e, axis=1).reshape(16, -1)
+        _close(got["dst"], ref)
+
+    def seqb(data):
+        n = data.draw(st.integers(2, 40))
+        ids = np.sort(np.random.default_rng(data.draw(st.integers(0, 99))).integers(0, 5, n)).astype(F32)[None]
+        got, _ = run_op("sequence_bounds", "gpsimd", out((1, 2, n)), {"segment_ids": (ids, "sbuf")})
+        ref = np.empty((2, n), F32)
+        for i, v in enumerate(ids[0]):
+            same = np.flatnonzero(ids[0] == v)  # sorted ids: a segment is one run
+            ref[:, i] = (n, -1) if v == 0 else (same[0], same[-1] + 1)
+        _close(got["dst"], ref[None])
+
+    def dmac(data):
+        s = _shape(data)
+        k = data.draw(st.integers(1, 4))
+        xs = [_arr(data, s) for _ in range(k)]
+        got, _ = run_op("dma_compute", "dma", {"dst": (s, "float32", "hbm")},
+                        {f"src{i}": (x, "sbuf" if i % 2 else "hbm") for i, x in enumerate(xs)},
+                        {"reduce_op": "add"})
+        np.testing.assert_allclose(got["dst"], np.sum(xs, axis=0, dtype=F32), rtol=1e-6, atol=1e-6)
+
+    return {"exponential": exponential, "activate2": activate2, "local_gather": lgather,
+            "sequence_bounds": seqb, "dma_compute": dmac,
+            "tensor_tensor_scan": scan, "scalar_tensor_tensor": stt, "tensor_scalar_reduce": tsr,
             "select_reduce": sel, "range_select": rsel, "max8": lambda d: top(d), "nc_find_index8": find,
             "nc_match_replace8": replace, "tensor_partition_reduce": preduce, "nc_stream_shuffle": shuffle,
             "dma_transpose": dtrans, "nc_n_gather": gather, "rand": rand, "set_rng_seed": seed,
