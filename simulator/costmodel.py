@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from simulator import cost_rules as cr
 from simulator.isa import DMA, opdef
+from simulator.isa.base import dst_reads
 from simulator.program import AccessPattern, Program
 from simulator.rules import partitions
 from simulator.targets import get_target
@@ -279,11 +280,12 @@ def schedule(program: Program, target=None) -> Schedule:
     gap = {e: cr.ACCESS_START_CYCLES / target.clock_hz(e) for e in COMPUTE_QUEUES}
     for idx, ins in enumerate(program.instructions):
         row = opdef(ins.opcode)
-        accum = row.reads_dst(ins)
+        read_back = dst_reads(row, ins)
         src_regs = [r for r in map(tracker.region, ins.src.values()) if r is not None]
         dst_regs = [r for r in map(tracker.region, ins.dst.values()) if r is not None]
+        back_regs = [r for r in map(tracker.region, (ins.dst[k] for k in read_back)) if r is not None]
         deps: dict[int, bool] = {}
-        tracker.access(idx, src_regs + dst_regs if accum else src_regs, dst_regs, deps)
+        tracker.access(idx, src_regs + back_regs, dst_regs, deps)
         cost = float(row.cost(ins, program, target))
         is_dma = DMA in row.categories
         engine = ins.engine if ins.engine in COMPUTE_QUEUES else "dma"
@@ -292,7 +294,7 @@ def schedule(program: Program, target=None) -> Schedule:
         for j, raw in deps.items():
             t = sch.end[j]
             # Accumulating into what the same queue just wrote is pipelined (PSUM accumulation groups).
-            if raw and engine != "dma" and not (accum and sch.queue[j] == engine):
+            if raw and engine != "dma" and not (read_back and sch.queue[j] == engine):
                 t += gap[engine]
             if t > ready:
                 ready, binding = t, j

@@ -9,6 +9,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from simulator.errors import KernelRuleError
 from simulator.isa import ACCUMULATE, ELEMENTWISE, opdef
+from simulator.isa.base import dst_reads
 from simulator.isa.alu import ASSOCIATIVE
 from simulator.program import AccessPattern, Instruction, Program
 from simulator.rules import fail
@@ -101,9 +102,9 @@ def _dataflow(program: Program) -> None:
             loop_start.setdefault(lid, idx)
         row = opdef(ins.opcode)
         reads = list(ins.src.items())
-        accumulating = row.reads_dst(ins)
-        if accumulating:
-            reads += list(ins.dst.items())
+        read_back = dst_reads(row, ins)
+        accumulating = bool(read_back)
+        reads += [(role, ins.dst[role]) for role in read_back]
         for role, ap in reads:
             if ap.tensor not in tracked:
                 continue

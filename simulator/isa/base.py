@@ -42,7 +42,8 @@ class OpDef:
       dtypes); it computes in fp32 and writes into the ``dst`` views with :func:`store`.
     - ``cost(ins, program, target) -> float``: seconds the instruction keeps its engine busy.
     - ``rules``: callables ``(ins, program, target)`` that raise ``KernelRuleError``.
-    - ``reads_dst(ins)``: whether the destination's old contents are read (accumulation).
+    - ``reads_dst(ins)``: whether the destination's old contents are read (accumulation): True for
+      every destination, or the roles that are read (e.g. ``("reduce_res",)``).
     """
 
     opcode: str
@@ -80,6 +81,22 @@ def opdef(opcode: str) -> OpDef:
         return OPS[opcode]
     except KeyError:
         raise ValueError(f"unknown instruction {opcode!r}") from None
+
+
+def dst_reads(row: OpDef, ins) -> tuple[str, ...]:
+    """The destination roles whose old contents ``ins`` reads (see ``OpDef.reads_dst``)."""
+    reads = row.reads_dst(ins)
+    if reads is True:
+        return tuple(ins.dst)
+    if not reads:
+        return ()
+    return tuple(r for r in reads if r in ins.dst)
+
+
+def reduce_res_read(ins) -> tuple[str, ...]:
+    """``reads_dst`` of instructions with an accumulating reduction: in ``reduce_cmd='reduce'`` mode
+    ``reduce_res`` keeps accumulating onto its contents (the main destination is only written)."""
+    return ("reduce_res",) if ins.attrs.get("reduce_cmd") == "reduce" else ()
 
 
 def in_category(category: str) -> frozenset:

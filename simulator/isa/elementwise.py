@@ -9,7 +9,7 @@ import numpy as np
 
 from simulator import cost_rules as cr
 from simulator.isa import alu
-from simulator.isa.base import ELEMENTWISE, GENERATE, f32, fit, register, store
+from simulator.isa.base import ELEMENTWISE, GENERATE, f32, fit, reduce_res_read, register, store
 from simulator.rules import COMPUTE_RULES, fail, partitions, same_free_size, same_partitions
 
 
@@ -137,7 +137,7 @@ register("activation", engines={"scalar"}, execute=_activation, cost=_act_cost,
          rules=COMPUTE_RULES + (same_partitions("dst", "data", "bias", "scale"), same_free_size("dst", "data"),
                                 _act_rules),
          categories={ELEMENTWISE},
-         reads_dst=lambda ins: ins.attrs.get("reduce_cmd") == "reduce")
+         reads_dst=reduce_res_read)
 
 
 # -- copies, memset, reciprocal -----------------------------------------------------------------------

@@ -9,7 +9,7 @@ import numpy as np
 
 from simulator import cost_rules as cr
 from simulator.isa import alu
-from simulator.isa.base import ELEMENTWISE, REDUCE, f32, fit, register, store
+from simulator.isa.base import ELEMENTWISE, REDUCE, f32, fit, reduce_res_read, register, store
 from simulator.isa.elementwise import _act_rules, _apply, _engine_cost, _reduce_into, operand
 from simulator.rules import COMPUTE_RULES, same_free_size, same_partitions
 
@@ -73,4 +73,4 @@ register("tensor_scalar_reduce", engines={"vector"}, execute=_tsr,
          rules=COMPUTE_RULES + (same_partitions("dst", "data", "operand0", "reduce_res"),
                                 same_free_size("dst", "data"), _act_rules),
          categories={ELEMENTWISE, REDUCE},
-         reads_dst=lambda ins: ins.attrs.get("reduce_cmd") == "reduce")
+         reads_dst=reduce_res_read)

@@ -7,7 +7,7 @@ import numpy as np
 
 from simulator import cost_rules as cr
 from simulator.isa import alu
-from simulator.isa.base import ELEMENTWISE, REDUCE, f32, fit, free_elems, register, store
+from simulator.isa.base import ELEMENTWISE, REDUCE, f32, fit, free_elems, reduce_res_read, register, store
 from simulator.isa.elementwise import _act_rules, _engine_cost, _reduce_into, operand
 from simulator.rules import COMPUTE_RULES, fail, partitions, same_free_size, same_partitions
 
@@ -36,7 +36,7 @@ register("select_reduce", engines={"vector"}, execute=_select_reduce,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 2),
          rules=COMPUTE_RULES + (same_partitions("dst", "predicate", "on_true", "on_false"),
                                 same_free_size("dst", "on_true"), same_free_size("dst", "predicate"), _act_rules),
-         categories={ELEMENTWISE, REDUCE}, reads_dst=lambda ins: ins.attrs.get("reduce_cmd") == "reduce")
+         categories={ELEMENTWISE, REDUCE}, reads_dst=reduce_res_read)
 
 
 def _gen3_only(ins, program, target):
@@ -66,7 +66,7 @@ register("range_select", engines={"vector"}, execute=_range_select,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 1),
          rules=COMPUTE_RULES + (same_partitions("dst", "on_true_tile", "bound0", "bound1"),
                                 same_free_size("dst", "on_true_tile"), _act_rules, _gen3_only),
-         categories={ELEMENTWISE, REDUCE}, reads_dst=lambda ins: ins.attrs.get("reduce_cmd") == "reduce")
+         categories={ELEMENTWISE, REDUCE}, reads_dst=reduce_res_read)
 
 
 def _top8_rules(*roles):

@@ -144,3 +144,33 @@ def test_rules_false_runs_only_the_dataflow_checks():
     program = build(t, [Instruction("memset", "vector", {"dst": ap("h", (4, 4))}, {}, {"value": 1.0}),
                         copy("b", "h", (4, 4))])
     validate(program, TRN2, rules=False)
+
+
+def test_reduce_mode_reads_reduce_res_but_not_a_fresh_destination():
+    # activation with reduce_cmd='reduce' accumulates into reduce_res; its main destination is only
+    # written, so a fresh dst is fine while a fresh reduce_res is a read of memory nothing wrote.
+    import numpy as np
+
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+
+    def make(init_acc: bool):
+        @nki.jit
+        def k(x):
+            out = nl.ndarray((128, 1), nl.float32, buffer=nl.shared_hbm)
+            t = nl.load(x)
+            acc = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+            if init_acc:
+                nisa.memset(acc, 0.0)
+            y = nl.ndarray((128, 8), nl.float32, buffer=nl.sbuf)
+            nisa.activation(y, nl.exp, t, reduce_res=acc, reduce_cmd=nisa.reduce_cmd.reduce)
+            nl.store(out, acc)
+            return out
+        return k
+
+    x = np.zeros((128, 8), np.float32)
+    np.testing.assert_allclose(make(True)(x), np.full((128, 1), 8.0, np.float32))
+    with pytest.raises(KernelRuleError) as info:
+        make(False)(x)
+    assert info.value.rule == "read-uninitialized" and "acc" in str(info.value)
