@@ -84,6 +84,11 @@ class Timeline:
             y = lanes.index(lane)
             colour = "lightgrey" if setup else colours.get(lane, "tab:orange")
             ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=colour, linewidth=0)
+        if any(setup for _, setup in bars):
+            from matplotlib.patches import Patch
+            ax.legend(handles=[Patch(facecolor="lightgrey", label="DMA fixed latency / waiting for bandwidth"),
+                               Patch(facecolor="tab:orange", label="DMA moving data")],
+                      loc="lower right", fontsize=7, framealpha=0.9)
         ax.set_yticks(range(len(lanes)))
         ax.set_yticklabels(lanes, fontsize=7)
         ax.invert_yaxis()

@@ -15,14 +15,14 @@ def _plt():
 def estimates_png(estimates, path: "str | Path") -> Path:
     """Grouped bars: estimated latency (us, log scale) of each kernel per target."""
     plt = _plt()
-    labels = [e.repo.split("/")[-1] for e in estimates]
+    labels = [e.repo.split("/")[-1] + "\n" + e.size.replace(", ", "\n") for e in estimates]
     targets = list(estimates[0].latency_s) if estimates else []
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(labels)), 4))
+    fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(labels)), 5))
     width = 0.8 / max(1, len(targets))
     for i, t in enumerate(targets):
         ax.bar([x + i * width for x in range(len(labels))], [e.latency_s[t] * 1e6 for e in estimates], width,
                label=t)
-    ax.set_xticks([x + width * (len(targets) - 1) / 2 for x in range(len(labels))], labels, rotation=20)
+    ax.set_xticks([x + width * (len(targets) - 1) / 2 for x in range(len(labels))], labels, fontsize=7)
     ax.set_yscale("log")
     ax.set_ylabel("estimated latency (us, cost model)")
     ax.set_title("Estimated kernel latency per target (estimates, not measurements)")
