@@ -54,6 +54,19 @@ def check_eps(name: str, eps) -> float:
     return value
 
 
+def softmax_scale(scale, head_dim: int) -> float:
+    """The attention softmax scale: ``1/sqrt(head_dim)`` when ``scale`` is None, else a positive finite
+    number (ValueError naming 'scale' otherwise)."""
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    return check_eps("scale", scale)
+
+
+def heads(t: torch.Tensor) -> torch.Tensor:
+    """Attention operand (..., H, S, D) as (B, H, S, D), the leading dims folded into B."""
+    return t.detach().reshape(-1, *t.shape[-3:])
+
+
 def rows(x: torch.Tensor) -> torch.Tensor:
     """``x`` [..., F] as a contiguous CPU [rows, F] tensor (leading dims folded into rows)."""
     return x.detach().reshape(-1, x.shape[-1]).contiguous().cpu()

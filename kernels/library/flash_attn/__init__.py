@@ -7,10 +7,9 @@ q (..., Hq, Sq, D), k and v (..., Hkv, Sk, D) as torch's scaled_dot_product_atte
 GQA/MQA when Hq is a multiple of Hkv; D <= 128; any sequence lengths. Both functions are torch custom ops
 (``ops``) with fake implementations and autograd through the backward kernel.
 """
-import math
-
 import torch
 
+from kernels.library import common
 from kernels.torch_ops import OpLibrary, launch
 
 from . import nki_kernels
@@ -20,26 +19,13 @@ __all__ = ["flash_attention", "flash_attention_with_lse", "ops", "__version__"]
 
 _lib = OpLibrary("flash_attn", __version__, __file__)
 ops = _lib.ops
-_DTYPES = (torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 128
-
-
-def _check_tensor(name, t):
-    if not isinstance(t, torch.Tensor):
-        raise ValueError(f"'{name}' must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in _DTYPES:
-        raise ValueError(f"'{name}' has dtype {t.dtype}; supported: torch.bfloat16, torch.float32")
-    if t.dim() < 3:
-        raise ValueError(f"'{name}' must be (..., heads, seq, head_dim) with at least 3 dims, got shape "
-                          f"{tuple(t.shape)}")
-    if t.numel() == 0:
-        raise ValueError(f"'{name}' is empty (shape {tuple(t.shape)})")
 
 
 def check_inputs(q, k, v, causal=False, scale=None) -> float:
     """Validate the arguments (ValueError naming the argument); returns the softmax scale to use."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        _check_tensor(name, t)
+        common.check_tensor(name, t, min_ndim=3)
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype:
             raise ValueError(f"'{name}' has dtype {t.dtype} but 'q' has {q.dtype}; pass one dtype")
@@ -58,20 +44,7 @@ def check_inputs(q, k, v, causal=False, scale=None) -> float:
                          "'q' (GQA needs Hq % Hkv == 0)")
     if not isinstance(causal, bool):
         raise ValueError(f"'causal' must be a bool, got {causal!r}")
-    if scale is None:
-        return 1.0 / math.sqrt(d)
-    try:
-        scale = float(scale)
-    except (TypeError, ValueError):
-        raise ValueError(f"'scale' must be a number, got {scale!r}") from None
-    if not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"'scale' must be positive and finite, got {scale!r}")
-    return scale
-
-
-def _heads(t):
-    """(..., H, S, D) -> (B, H, S, D) with the leading dims folded into B."""
-    return t.detach().reshape(-1, *t.shape[-3:])
+    return common.softmax_scale(scale, d)
 
 
 def _fake_fwd(q, k, v, causal, scale):
@@ -81,7 +54,7 @@ def _fake_fwd(q, k, v, causal, scale):
 @_lib.op("flash_attention_with_lse", fake=_fake_fwd)
 def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
          scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    out, lse = launch(nki_kernels.flash_fwd_kernel, _heads(q), _heads(k), _heads(v), causal, scale)
+    out, lse = launch(nki_kernels.flash_fwd_kernel, common.heads(q), common.heads(k), common.heads(v), causal, scale)
     return out.reshape(q.shape).to(q.device), lse.reshape(q.shape[:-1]).to(q.device)
 
 
@@ -94,8 +67,8 @@ def _bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, g
          lse: torch.Tensor, grad_lse: torch.Tensor, causal: bool,
          scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     rows = lambda t: t.detach().reshape(-1, *t.shape[-2:])  # noqa: E731
-    dq, dk, dv = launch(nki_kernels.flash_bwd_kernel, _heads(q), _heads(k), _heads(v), _heads(out),
-                        _heads(grad_out.to(q.dtype)), rows(lse), rows(grad_lse.float()), causal, scale)
+    dq, dk, dv = launch(nki_kernels.flash_bwd_kernel, common.heads(q), common.heads(k), common.heads(v), common.heads(out),
+                        common.heads(grad_out.to(q.dtype)), rows(lse), rows(grad_lse.float()), causal, scale)
     return dq.reshape(q.shape).to(q.device), dk.reshape(k.shape).to(k.device), dv.reshape(v.shape).to(v.device)
 
 

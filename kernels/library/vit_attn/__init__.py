@@ -9,13 +9,11 @@ D 64 or 128. One kernel goes from Q, K, V to the output; scores and probabilitie
 runs neuron/flash-attn's backward kernel (nkihub's flash_attn.nki_kernels) on the saved out and lse:
 ``vit_attention`` takes the lse route whenever a gradient is wanted, so autograd never recomputes.
 """
-import math
-
 import torch
 
-from kernels.torch_ops import OpLibrary, launch
-
+from kernels.library import common
 from kernels.library.flash_attn import nki_kernels as flash_kernels
+from kernels.torch_ops import OpLibrary, launch
 
 from . import nki_kernels
 
@@ -26,21 +24,12 @@ _lib = OpLibrary("vit_attn", __version__, __file__)
 ops = _lib.ops
 HEAD_DIMS = (64, 128)
 MAX_SEQ = 4096
-_DTYPES = (torch.bfloat16, torch.float32)
 
 
 def check_inputs(q, k, v, scale=None) -> float:
     """Validate the arguments (ValueError naming the argument); returns the softmax scale to use."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"'{name}' must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype not in _DTYPES:
-            raise ValueError(f"'{name}' has dtype {t.dtype}; supported: torch.bfloat16, torch.float32")
-        if t.dim() < 3:
-            raise ValueError(f"'{name}' must be (..., heads, seq, head_dim) with at least 3 dims, got shape "
-                             f"{tuple(t.shape)}")
-        if t.numel() == 0:
-            raise ValueError(f"'{name}' is empty (shape {tuple(t.shape)})")
+        common.check_tensor(name, t, min_ndim=3)
     for name, t in (("k", k), ("v", v)):
         if t.shape != q.shape:
             raise ValueError(f"'{name}' must have the shape of 'q' {tuple(q.shape)}, got {tuple(t.shape)}")
@@ -50,25 +39,12 @@ def check_inputs(q, k, v, scale=None) -> float:
         raise ValueError(f"'q' head dim {q.shape[-1]} is not supported (64 or 128)")
     if q.shape[-2] > MAX_SEQ:
         raise ValueError(f"'q' sequence length {q.shape[-2]} exceeds {MAX_SEQ}")
-    if scale is None:
-        return 1.0 / math.sqrt(q.shape[-1])
-    try:
-        scale = float(scale)
-    except (TypeError, ValueError):
-        raise ValueError(f"'scale' must be a number, got {scale!r}") from None
-    if not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"'scale' must be positive and finite, got {scale!r}")
-    return scale
-
-
-def _heads(t):
-    """(..., H, S, D) -> (B, H, S, D) with the leading dims folded into B."""
-    return t.detach().reshape(-1, *t.shape[-3:])
+    return common.softmax_scale(scale, q.shape[-1])
 
 
 @_lib.op("vit_attention", fake=lambda q, k, v, scale: torch.empty_like(q))
 def _vit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    out = launch(nki_kernels.vit_attention_kernel, _heads(q), _heads(k), _heads(v), scale)
+    out = launch(nki_kernels.vit_attention_kernel, common.heads(q), common.heads(k), common.heads(v), scale)
     return out.reshape(q.shape).to(q.device)
 
 
@@ -79,7 +55,7 @@ def _fake_with_lse(q, k, v, scale):
 @_lib.op("vit_attention_with_lse", fake=_fake_with_lse)
 def _vit_attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    out, lse = launch(nki_kernels.vit_attention_kernel, _heads(q), _heads(k), _heads(v), scale, True)
+    out, lse = launch(nki_kernels.vit_attention_kernel, common.heads(q), common.heads(k), common.heads(v), scale, True)
     return out.reshape(q.shape).to(q.device), lse.reshape(q.shape[:-1]).to(q.device)
 
 
@@ -93,8 +69,8 @@ def _vit_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
                             scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # neuron/flash-attn's backward kernel (non-causal, one kv head per q head) from the nkihub runtime
     rows = lambda t: t.detach().reshape(-1, *t.shape[-2:])  # noqa: E731
-    dq, dk, dv = launch(flash_kernels.flash_bwd_kernel, _heads(q), _heads(k), _heads(v), _heads(out),
-                        _heads(grad_out.to(q.dtype)), rows(lse), rows(grad_lse.float()), False, scale)
+    dq, dk, dv = launch(flash_kernels.flash_bwd_kernel, common.heads(q), common.heads(k), common.heads(v), common.heads(out),
+                        common.heads(grad_out.to(q.dtype)), rows(lse), rows(grad_lse.float()), False, scale)
     return dq.reshape(q.shape).to(q.device), dk.reshape(k.shape).to(k.device), dv.reshape(v.shape).to(v.device)
 
 
