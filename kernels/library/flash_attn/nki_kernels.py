@@ -15,6 +15,8 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
+from kernels.library.vit_attn.nki_kernels import Ring  # noqa: F401  (also used by nki_backward)
+
 P = 128            # partitions: q rows per tile and keys per P^T tile
 BANK = 512         # fp32 columns in one PSUM bank: keys per S matmul
 KEY_BLOCK = 1024   # keys per online-softmax step (two PSUM banks): amortises the per-step row updates
@@ -59,20 +61,6 @@ def causal_mask(dtype=nl.float32):
     nisa.affine_select(dst=mask, pattern=[[1, P]], channel_multiplier=-1, on_true_tile=zeros,
                        on_false_value=NEG, cmp_op=nl.less_equal)
     return mask
-
-
-class Ring:
-    """Rotating buffers: ``slots`` views of one tile [shape[0], slots, *shape[1:]] handed out in turn.
-    Allocated once, so slots never share addresses with other tiles (multi-buffering)."""
-
-    def __init__(self, shape, dtype, buffer, slots, name):
-        self.tile = nl.ndarray((shape[0], slots) + tuple(shape[1:]), dtype=dtype, buffer=buffer, name=name)
-        self.slots, self.i = slots, 0
-
-    def next(self):
-        view = self.tile[:, self.i % self.slots]
-        self.i += 1
-        return view
 
 
 class Block:
