@@ -20,7 +20,7 @@ from kernels.library.layernorm.nki_kernels import layer_norm_kernel
 from kernels.library.matmul.nki_kernels import matmul_kernel
 from kernels.library.rmsnorm.nki_kernels import rms_norm_kernel
 from kernels.library.softmax.nki_kernels import softmax_kernel
-from kernels.library.vit_block.nki_kernels import plan as block_plan, vit_block_kernel
+from kernels.library.vit_block.nki_kernels import vit_block_kernel
 from kernels.library.vit_block.unfused import vit_block_unfused
 
 BF16 = torch.bfloat16
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
         (f"neuron/gelu-mlp [{b * s}, {d}] H={hidden}", "trn2", gelu_mlp_kernel,
          (rows, *vit_params(d, hidden)[12:], token_block, resident), {}),
         (f"neuron/vit-block B={b} S={s} D={d} H={heads}", "trn2", vit_block_kernel,
-         (x, *params, heads, 1e-12, block_plan(d, hidden, 2)), {}),
+         (x, *params, heads, 1e-12), {}),
     ]
     print("Estimates from the nkihub cost model (not hardware measurements), bf16.\n")
     print(f"| kernel | target | est. latency | MFU | bottleneck | busiest engines |\n|---|---|---|---|---|---|")

@@ -83,11 +83,17 @@ def allocate(program: Program, target) -> Allocation:
                 biggest = sorted(active, key=lambda a: -a[1])[:4]
                 others = ", ".join(f"'{n}' {s} B" for _, s, n in biggest)
                 what = "PSUM (8 banks of 2 KiB per partition)" if buffer == "psum" else "SBUF"
+                if used + size <= capacity[buffer]:
+                    # Enough bytes in total, but not in one piece: say so, the remedy differs.
+                    why = (f"{capacity[buffer] - used} of the {capacity[buffer]} bytes of {what} on "
+                           f"{target.name} are free but fragmented by live tiles ({others}): no free range "
+                           "is that long; allocate long-lived tiles first or split the tile")
+                else:
+                    why = (f"{used} of the {capacity[buffer]} bytes of {what} on {target.name} are held by "
+                           f"live tiles ({others}); shrink tiles or end their lifetimes sooner")
                 raise KernelRuleError(
                     f"{buffer}-capacity",
-                    f"'{name}' needs {size} bytes per partition but {used} of the {capacity[buffer]} bytes "
-                    f"of {what} on {target.name} are held by live tiles ({others}); shrink tiles or end "
-                    "their lifetimes sooner",
+                    f"'{name}' needs {size} bytes per partition but {why}",
                     operand=name, shape=spec.shape, dtype=spec.dtype, buffer=buffer, loc=spec.loc)
             spec.address = addr
             cursor[buffer] = addr + size

@@ -111,3 +111,17 @@ def test_allocation_to_json():
     p = prog(sb("a", 16))
     touch(p, "a")
     assert allocate(p, TRN2).to_json() == {"sbuf_peak_bytes": 64, "psum_peak_bytes": 0}
+
+
+def test_fragmented_sbuf_is_reported_as_fragmentation_not_as_full():
+    """72 KiB are free in total but in two pieces (64 KiB between live tiles, 8 KiB at the end): a 70 KiB
+    tile does not fit, and the error says the space is fragmented rather than held."""
+    kib = 256  # float32 elements per KiB
+    p = prog(sb("a", 60 * kib), sb("b", 64 * kib), sb("c", 60 * kib), sb("d", 70 * kib))
+    touch(p, "a", "b", "c", "d", "a", "c")
+    with pytest.raises(KernelRuleError) as info:
+        allocate(p, TRN1)
+    text = str(info.value)
+    assert info.value.rule == "sbuf-capacity" and info.value.operand == "d"
+    assert "73728 of the 196608 bytes of SBUF on trn1 are free but fragmented" in text
+    assert "'a' 61440 B" in text and "'c' 61440 B" in text

@@ -12,7 +12,7 @@ import torch
 from kernels.library import common
 from kernels.torch_ops import OpLibrary
 
-from .nki_kernels import plan, vit_block_kernel
+from .nki_kernels import vit_block_kernel
 
 __version__ = "1.0.0"
 __all__ = ["vit_block", "vit_block_from_layer", "ops", "vit_block_kernel", "PARAM_NAMES", "layer_params"]
@@ -44,9 +44,8 @@ def _vit_block(x: torch.Tensor, ln1_weight: torch.Tensor, ln1_bias: torch.Tensor
     params = (ln1_weight, ln1_bias, q_weight, q_bias, k_weight, k_bias, v_weight, v_bias, o_weight, o_bias,
               ln2_weight, ln2_bias, fc1_weight, fc1_bias, fc2_weight, fc2_bias)
     x3 = x.detach().reshape(-1, *x.shape[-2:]).contiguous()
-    resident = plan(x.shape[-1], fc1_weight.shape[0], x.element_size())
-    # two images interleaved when weights are resident; one at a time when each stage loads its weights
-    y = common.run(vit_block_kernel, x3, *params, int(num_heads), float(eps), resident, 2 if resident else 1)
+    # The kernel chooses resident weights and the image pipeline for the SBUF of the target it is traced for.
+    y = common.run(vit_block_kernel, x3, *params, int(num_heads), float(eps))
     return y.reshape(x.shape).to(x.device)
 
 

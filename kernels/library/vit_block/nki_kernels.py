@@ -80,19 +80,24 @@ def _chain(*gens):
 
 @nki.jit
 def vit_block_kernel(x, ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, ln2_w, ln2_b, fc1_w, fc1_b,
-                     fc2_w, fc2_b, heads, eps, resident=True, interleave=2):
+                     fc2_w, fc2_b, heads, eps, resident=None, interleave=None):
     """One ViTLayer. x [B, S, D] (bf16/fp32, HBM); Linear weights in torch layout ([out, in]): q/k/v/o
     [D, D], fc1 [H, D], fc2 [D, H]; biases and LayerNorm parameters 1-D; all in x's dtype.
     Returns [B, S, D] in x's dtype. S <= 2048 (scores of one query tile fit 4 PSUM banks).
     With ``interleave`` >= 2 the images form a software pipeline: while image b runs its attention
     (Vector/Scalar bound), image b-1 runs its output projection and MLP and image b+1 its LayerNorm and
     Q/K/V projections (Tensor bound), interleaved unit by unit in program order. With 1 the images run
-    one after another (least SBUF: for weights that are not resident)."""
+    one after another (least SBUF: for weights that are not resident). None for either lets the kernel
+    choose for the SBUF of the target it is traced for (see ``plan``)."""
     n_img, s, d = x.shape
     hidden = fc1_w.shape[0]
     out = nl.ndarray((n_img, s, d), dtype=x.dtype, buffer=nl.shared_hbm)
     params = (ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b)
     rows = min(TILE_M, s)
+    if resident is None:
+        resident = plan(d, hidden, x.itemsize, nl.tile_size.total_available_sbuf_size)
+    if interleave is None:
+        interleave = 2 if resident else 1
     w = load_weights(params, d, rows) if resident else _Lazy(params, d, rows)
     scale = float(d // heads) ** -0.5
     st = [dict() for _ in range(n_img)]
@@ -116,9 +121,10 @@ def vit_block_kernel(x, ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, ln
     return out
 
 
-def plan(d, hidden, itemsize, sbuf_bytes=192 * 1024):
+def plan(d, hidden, itemsize, sbuf_bytes):
     """Whether vit_block_kernel keeps all weights resident: their transposed tiles and broadcast bias
-    rows must take at most ~70% of a trn1 SBUF partition, leaving room for one image's activations."""
+    rows must take at most 60% of an SBUF partition of ``sbuf_bytes``, leaving room for the activations
+    of the three images in flight (ViT-B bf16: resident on trn2 and trn3, loaded per stage on trn1)."""
     weight_bytes = (4 * _cdiv(d, TILE_K) * d + _cdiv(d, TILE_K) * hidden + _cdiv(hidden, TILE_K) * d) * itemsize
     weight_bytes += 7 * d * 4
-    return weight_bytes <= int(sbuf_bytes * 0.7)
+    return weight_bytes <= int(sbuf_bytes * 0.6)
