@@ -15,6 +15,19 @@ _NUMPY = {np.add: "add", np.subtract: "subtract", np.multiply: "multiply", np.di
 _REDUCE_ALIASES = {"max": "maximum", "min": "minimum", "sum": "add", "prod": "multiply", "all": "logical_and"}
 
 
+class OpConstant:
+    """An operator that ``nki.language`` names as a constant rather than a function (``nl.prelu``,
+    ``nl.bypass``): usable wherever a ``nisa`` call takes an operator."""
+
+    __slots__ = ("_nki_op",)
+
+    def __init__(self, name: str):
+        self._nki_op = name
+
+    def __repr__(self) -> str:
+        return f"nl.{self._nki_op}"
+
+
 def nki_op(name: str):
     """Decorator: mark an ``nl`` function as the operator ``name`` for ``nisa`` calls."""
     def mark(fn):

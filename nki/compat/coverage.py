@@ -67,9 +67,6 @@ GAPS = {
     "nki.language.average": "undocumented stub constant",
     "nki.isa.get_nc_sub_version": "undocumented stub (no API page)",
     "nki.language.float8_e8m0fnu": "MX scale dtype; not modelled",
-    "nki.language.prelu": "constant not defined in nki.language; pass op=\"prelu\" to nisa.activate2",
-    "nki.language.bypass": "constant not defined in nki.language; pass None (or \"bypass\") as "
-        "nisa.activate2's op0/op1",
 }
 # Names implemented with a documented difference.
 NOTES = {

@@ -10,7 +10,11 @@ from nki.language.memory import (_assign, broadcast_to, copy, device_print, ds, 
                                  is_on_chip, is_psum, is_sbuf, load, ndarray, ones, private_hbm, psum,
                                  sbuf, shared_hbm, store, tile_size, zeros, zeros_like)
 from nki.language.reductions import matmul, max, mean, min, prod, softmax, sum, transpose
+from nki.ops import OpConstant as _OpConstant
 from nki.tensor import NkiTensor
+
+# Operators that are constants, not functions (activate2: prelu as the activation, bypass as op0/op1).
+prelu, bypass = _OpConstant("prelu"), _OpConstant("bypass")
 from nki.language.extra import (all, dropout, expand_dims, gather_flattened, load_transpose2d,  # noqa: F401
                                 no_reorder, rand, random_seed, rms_norm, shared_constant, shared_identity_matrix, var)
 

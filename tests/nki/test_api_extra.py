@@ -252,7 +252,7 @@ def test_activate2(shape, seed):
         nisa.activate2(dst=g, op=nl.gelu, data=xt, imm0=2.0, imm1=0.5, op0=nl.multiply, op1=nl.add)
         p = nl.ndarray(shape, np.float32, buffer=nl.sbuf)
         r = nl.ndarray((shape[0], 1), np.float32, buffer=nl.sbuf)
-        nisa.activate2(dst=p, op="prelu", data=xt, imm0=ct, imm1=None, op0=nl.subtract, op1=None, reverse0=True,
+        nisa.activate2(dst=p, op=nl.prelu, data=xt, imm0=ct, imm1=None, op0=nl.subtract, op1=nl.bypass, reverse0=True,
                        relu_param=0.1, reduce_op=nl.minimum, reduce_res=r, reduce_cmd=nisa.reduce_cmd.reset_reduce)
         nisa.activate2(dst=p, op=nl.copy, data=xt, imm0=None, imm1=None, op0=None, op1=None,
                        reduce_op=nl.minimum, reduce_res=r, reduce_cmd=nisa.reduce_cmd.reduce)
