@@ -21,6 +21,13 @@ ACT_TABLE_LOAD_CYCLES = 128
 PERF_MODE_COPY_SPEEDUP = 4         # v3 perf mode: tensor_copy/tensor_scalar 4x for bf16/fp16 SBUF
 PERF_MODE_TT_SPEEDUP = 2           # v3 perf mode: tensor_tensor 2x
 STRIDE_PENALTY_BYTES = 16          # innermost strides over 16 bytes halve bandwidth
+STRIDE_PENALTY_SLOWDOWN = 2        # ... "halve bandwidth": the streaming cycles double (fixed parts stay)
+
+# v2 (trn1) shared ports, hardware.md "Engines": Vector and GpSimd cannot use SBUF at the same time, Vector
+# and Scalar cannot use PSUM at the same time (lifted on v3; Target.shared_port_limits). Buffer -> the
+# engines that share its port. The arbitration policy is not published: the scheduler lets an instruction
+# start only where it overlaps no already-placed instruction of the other engine on that port.
+SHARED_PORTS = {"sbuf": ("vector", "gpsimd"), "psum": ("vector", "scalar")}
 
 # -- Tensor Engine -------------------------------------------------------------------------------------
 MATMUL_MIN_CYCLES = 64             # a matmul issues every max(N_moving, 64) cycles
@@ -106,6 +113,30 @@ def dma_transfer_s(total_bytes: int, partitions: int, contiguous_bytes: int, tar
     descriptor generation or fixed latency: the scheduler adds those, as they overlap across queues)."""
     bw = target.dma_bytes_per_s_per_engine * dma_engines(partitions, target) * dma_efficiency(contiguous_bytes)
     return total_bytes / bw
+
+
+def innermost_stride_bytes(ap, itemsize: int) -> int:
+    """Bytes between consecutive elements of an on-chip access pattern's innermost free dim of more than
+    one element (dims[0] walks partitions); 0 when no free dim has more than one element."""
+    for stride, size in reversed(ap.dims[1:]):
+        if size > 1:
+            return abs(stride) * itemsize
+    return 0
+
+
+def stride_slowdown(ins, program, roles=None) -> int:
+    """Factor on an engine instruction's streaming cycles: STRIDE_PENALTY_SLOWDOWN when one of its on-chip
+    operands (those named in ``roles``, default all) walks its innermost dim with a stride over
+    STRIDE_PENALTY_BYTES ("innermost strides over 16 bytes halve bandwidth"), else 1. Engine cost
+    functions multiply their N by it, so fixed parts (MIN_II, GpSimd's 150) are kept. Not for DMAs
+    (their efficiency comes from the contiguous run, ``dma_efficiency``)."""
+    for role, ap in (*ins.src.items(), *ins.dst.items()):
+        if roles is not None and role not in roles:
+            continue
+        spec = program.tensors[ap.tensor]
+        if spec.on_chip and innermost_stride_bytes(ap, spec.np_dtype.itemsize) > STRIDE_PENALTY_BYTES:
+            return STRIDE_PENALTY_SLOWDOWN
+    return 1
 
 
 def seconds(cycles: float, target, engine: str) -> float:

@@ -6,6 +6,8 @@ An instruction starts when its queue is free and every instruction it depends on
 Dependencies come from the bytes each instruction reads and writes: read-after-write, write-after-read and
 write-after-write, on physical SBUF/PSUM addresses after allocation (so address reuse creates the false
 dependencies the hardware has) and on HBM element ranges. Cross-queue dependencies are semaphore waits.
+On v2 (trn1) Vector/GpSimd share the SBUF port and Vector/Scalar the PSUM port: an instruction using a
+shared port starts only where it overlaps no other engine's use of it (``_Ports``; not a semaphore).
 
 DMA data movement shares the core's DMA engines and its share of HBM bandwidth as a fluid: time is cut
 into bins (``cost_rules.BANDWIDTH_BIN_S``) of limited engine-seconds and HBM bytes, and each transfer takes
@@ -14,6 +16,7 @@ Per-instruction engine times come from the ``cost`` column of the instruction ta
 """
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 
@@ -43,7 +46,8 @@ class Schedule:
     ``end[i]``; for DMAs ``xfer_start[i]`` is when data starts to move (else equal to ``start``).
     ``waits[i]`` are the semaphore edges into ``i``: for each other queue, the latest instruction on it that
     ``i`` must wait for. ``pred[i]`` is what decided ``i``'s start (a dependency or the previous instruction
-    on its queue; -1 for none) and ``reason[i]`` says which ("dep", "queue", "bandwidth" or "").
+    on its queue, or on v2 the other engine's instruction holding a shared SBUF/PSUM port; -1 for none) and
+    ``reason[i]`` says which ("dep", "queue", "port", "bandwidth" or "").
     """
 
     program: Program
@@ -251,6 +255,47 @@ class _Bandwidth:
             b += 1
 
 
+# -- v2 shared SBUF/PSUM ports ---------------------------------------------------------------------------------
+
+class _Ports:
+    """Busy intervals per (buffer, engine) of the engines sharing a port (``cost_rules.SHARED_PORTS``, v2
+    only): an instruction that touches a buffer may not overlap an instruction of another engine sharing
+    that buffer's port. Each engine's intervals are in-order and disjoint, so starts and ends both grow."""
+
+    def __init__(self, target):
+        self.active = bool(target.shared_port_limits)
+        self.starts: dict = {}
+        self.ends: dict = {}
+        self.owner: dict = {}
+
+    def uses(self, ins, program, engine: str) -> tuple:
+        """The shared ports (buffer names) this instruction occupies on its engine."""
+        if not self.active:
+            return ()
+        bufs = {program.tensors[ap.tensor].buffer for ap in (*ins.src.values(), *ins.dst.values())}
+        return tuple(b for b in sorted(bufs) if engine in cr.SHARED_PORTS.get(b, ()))
+
+    def earliest(self, t: float, cost: float, engine: str, ports: tuple) -> tuple[float, int]:
+        """First start >= ``t`` at which ``cost`` seconds overlap no other engine's use of ``ports``, and the
+        instruction that pushed it there (-1 if none)."""
+        others = [(b, e) for b in ports for e in cr.SHARED_PORTS[b] if e != engine and (b, e) in self.ends]
+        blocker, moved = -1, True
+        while moved:
+            moved = False
+            for key in others:
+                ends = self.ends[key]
+                k = bisect.bisect_right(ends, t)          # first interval ending after t
+                if k < len(ends) and self.starts[key][k] < t + cost:
+                    t, blocker, moved = ends[k], self.owner[key][k], True
+        return t, blocker
+
+    def occupy(self, idx: int, start: float, end: float, engine: str, ports: tuple) -> None:
+        for b in ports:
+            self.starts.setdefault((b, engine), []).append(start)
+            self.ends.setdefault((b, engine), []).append(end)
+            self.owner.setdefault((b, engine), []).append(idx)
+
+
 # -- the scheduler --------------------------------------------------------------------------------------------
 
 def _hbm_bytes(ins, program) -> int:
@@ -277,6 +322,7 @@ def schedule(program: Program, target=None) -> Schedule:
     free = {q: 0.0 for q in (*COMPUTE_QUEUES, *dma_queues)}
     last = {q: -1 for q in free}
     table_state: dict[str, object] = {}
+    ports = _Ports(target)
     gap = {e: cr.ACCESS_START_CYCLES / target.clock_hz(e) for e in COMPUTE_QUEUES}
     for idx, ins in enumerate(program.instructions):
         row = opdef(ins.opcode)
@@ -310,6 +356,11 @@ def schedule(program: Program, target=None) -> Schedule:
             if table_state.get(q, table) != table:
                 cost += cr.seconds(cr.ACT_TABLE_LOAD_CYCLES, target, q)
             table_state[q] = table
+        port_use = () if is_dma else ports.uses(ins, program, q)
+        if port_use:
+            start, blocker = ports.earliest(start, cost, q, port_use)
+            if blocker >= 0:
+                pred, why = blocker, "port"
         if is_dma:
             spread = _dma_spread(ins, program, target)
             hbm = _hbm_bytes(ins, program)
@@ -328,6 +379,8 @@ def schedule(program: Program, target=None) -> Schedule:
             end = start + cost
             xfer = start
         free[q] = end
+        if port_use:
+            ports.occupy(idx, start, end, q, port_use)
         waits = {}
         for j in deps:
             qj = sch.queue[j]

@@ -141,7 +141,7 @@ def _activate2_rules(ins, program, target):
 
 
 def _activate2_cost(ins, program, target):
-    n = free_elems(ins.dst["dst"].shape)
+    n = free_elems(ins.dst["dst"].shape) * cr.stride_slowdown(ins, program)
     return cr.seconds(cr.scalar_cycles(n, reduce="reduce_res" in ins.dst), target, "scalar")
 
 

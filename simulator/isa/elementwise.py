@@ -28,7 +28,7 @@ def _any_psum(ins, program) -> bool:
 
 
 def _engine_cost(ins, program, target, inputs: int, *, fast=False, perf=1):
-    n = _n(ins)
+    n = _n(ins) * cr.stride_slowdown(ins, program)
     if ins.engine == "gpsimd":
         return cr.seconds(cr.gpsimd_cycles(n), target, "gpsimd")
     if ins.engine == "scalar":
@@ -124,7 +124,7 @@ def _activation(ins, src, dst, ctx):
 
 
 def _act_cost(ins, program, target):
-    return cr.seconds(cr.scalar_cycles(_n(ins), reduce="reduce_res" in ins.dst), target, "scalar")
+    return cr.seconds(cr.scalar_cycles(_n(ins) * cr.stride_slowdown(ins, program), reduce="reduce_res" in ins.dst), target, "scalar")
 
 
 def _act_rules(ins, program, target):
@@ -189,7 +189,7 @@ def _reciprocal(ins, src, dst, ctx):
 
 
 def _recip_cost(ins, program, target):
-    return cr.seconds(max(cr.MIN_II_CYCLES, cr.RECIPROCAL_CYCLES_PER_ELEM * _n(ins)), target, "vector")
+    return cr.seconds(max(cr.MIN_II_CYCLES, cr.RECIPROCAL_CYCLES_PER_ELEM * _n(ins) * cr.stride_slowdown(ins, program)), target, "vector")
 
 
 register("reciprocal", engines={"vector"}, execute=_reciprocal, cost=_recip_cost,
@@ -227,7 +227,7 @@ def _iota(ins, src, dst, ctx):
 
 
 def _gpsimd_cost(ins, program, target):
-    return cr.seconds(cr.gpsimd_cycles(_n(ins)), target, "gpsimd")
+    return cr.seconds(cr.gpsimd_cycles(_n(ins) * cr.stride_slowdown(ins, program)), target, "gpsimd")
 
 
 register("iota", engines={"gpsimd"}, execute=_iota, cost=_gpsimd_cost,

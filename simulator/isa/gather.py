@@ -73,7 +73,8 @@ def _local_gather_rules(ins, program, target):
 
 register("local_gather", engines={"gpsimd"}, execute=_local_gather,
          # Estimate (not published): one gathered element per partition per cycle, as nc_n_gather.
-         cost=lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(free_elems(ins.dst["dst"].shape)), t, "gpsimd"),
+         cost=lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(free_elems(ins.dst["dst"].shape)
+                                                         * cr.stride_slowdown(ins, p)), t, "gpsimd"),
          rules=COMPUTE_RULES + (_local_gather_rules,), categories={ELEMENTWISE})
 
 
@@ -119,5 +120,6 @@ def _sequence_bounds_rules(ins, program, target):
 
 register("sequence_bounds", engines={"gpsimd"}, execute=_sequence_bounds,
          # Estimate (not published): a forward and a backward pass over the ids.
-         cost=lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(2 * _free(ins.src["segment_ids"])), t, "gpsimd"),
+         cost=lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(2 * _free(ins.src["segment_ids"])
+                                                         * cr.stride_slowdown(ins, p)), t, "gpsimd"),
          rules=COMPUTE_RULES + (_sequence_bounds_rules,), categories={ELEMENTWISE})

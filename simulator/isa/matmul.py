@@ -75,7 +75,10 @@ def _matmul_cost(ins, program, target):
     st, mv = ins.src["stationary"], ins.src["moving"]
     fp32 = program.tensor_of(st).dtype == "float32" and not ins.attrs.get("is_stationary_onezero")
     double = ins.attrs.get("perf_mode") == "double_row" and target.fp8_double_row
-    return cr.seconds(cr.matmul_cycles(_free(mv), fp32=fp32, double_row=double), target, "tensor")
+    # The stationary operand is loaded in the background (LoadStationary, assumed hidden): only the moving
+    # operand's and the output's strides slow the streaming phase.
+    n = _free(mv) * cr.stride_slowdown(ins, program, roles=("moving", "dst"))
+    return cr.seconds(cr.matmul_cycles(n, fp32=fp32, double_row=double), target, "tensor")
 
 
 register("nc_matmul", engines={"tensor"}, execute=_matmul, cost=_matmul_cost,
@@ -112,10 +115,11 @@ def _transpose(ins, src, dst, ctx):
 
 
 def _transpose_cost(ins, program, target):
-    data = ins.src["data"]
+    data, slow = ins.src["data"], cr.stride_slowdown(ins, program)
+    # max(P, min(64, F)) has no fixed part: a strided operand slows all of it.
     if ins.engine == "tensor":
-        return cr.seconds(cr.pe_transpose_cycles(partitions(data), _free(data)), target, "tensor")
-    return cr.seconds(cr.vector_cycles(_free(data)), target, "vector")
+        return cr.seconds(slow * cr.pe_transpose_cycles(partitions(data), _free(data)), target, "tensor")
+    return cr.seconds(cr.vector_cycles(_free(data) * slow), target, "vector")
 
 
 register("nc_transpose", engines={"tensor", "vector"}, execute=_transpose, cost=_transpose_cost,

@@ -34,7 +34,8 @@ def _pr_rules(ins, program, target):
 
 register("tensor_partition_reduce", engines={"gpsimd"}, execute=_partition_reduce,
          # The cores fold their partitions in parallel: elements / cores steps (estimate; not published).
-         cost=lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(ins.src["data"].size // GPSIMD_CORES), t, "gpsimd"),
+         cost=lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(ins.src["data"].size // GPSIMD_CORES
+                                                         * cr.stride_slowdown(ins, p)), t, "gpsimd"),
          rules=COMPUTE_RULES + (_pr_rules,), categories={REDUCE})
 
 
@@ -64,7 +65,8 @@ def _shuffle_rules(ins, program, target):
 
 
 register("nc_stream_shuffle", engines={"vector"}, execute=_shuffle,
-         cost=lambda ins, p, t: cr.seconds(cr.vector_cycles(free_elems(ins.src["src"].shape)), t, "vector"),
+         cost=lambda ins, p, t: cr.seconds(cr.vector_cycles(free_elems(ins.src["src"].shape)
+                                                         * cr.stride_slowdown(ins, p)), t, "vector"),
          rules=COMPUTE_RULES + (_shuffle_rules,), categories={ELEMENTWISE},
          reads_dst=lambda ins: SHUFFLE_SKIP in ins.attrs["shuffle_mask"])
 
@@ -114,5 +116,6 @@ def _n_gather_rules(ins, program, target):
 
 
 register("nc_n_gather", engines={"gpsimd"}, execute=_n_gather,
-         cost=lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(free_elems(ins.dst["dst"].shape)), t, "gpsimd"),
+         cost=lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(free_elems(ins.dst["dst"].shape)
+                                                         * cr.stride_slowdown(ins, p)), t, "gpsimd"),
          rules=COMPUTE_RULES + (_n_gather_rules,), categories={ELEMENTWISE})

@@ -13,7 +13,7 @@ from simulator.rules import COMPUTE_RULES, fail, same_free_size, same_partitions
 
 
 def _cost(ins, program, target):
-    n = free_elems(ins.dst["dst"].shape) if ins.dst else 1
+    n = (free_elems(ins.dst["dst"].shape) if ins.dst else 1) * cr.stride_slowdown(ins, program)
     return cr.seconds(cr.gpsimd_cycles(n), target, "gpsimd") if ins.engine == "gpsimd" else \
         cr.seconds(cr.vector_cycles(n), target, "vector")
 

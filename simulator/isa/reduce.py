@@ -42,7 +42,7 @@ def _tensor_reduce(ins, src, dst, ctx):
 
 
 def _reduce_cost(ins, program, target):
-    n = _n_in(ins)
+    n = _n_in(ins) * cr.stride_slowdown(ins, program)
     bf16_fast = program.tensor_of(ins.src["data"]).dtype == "bfloat16" and \
         alu.reduce_name(ins.attrs["op"]) in ("add", "maximum")
     return cr.seconds(max(cr.MIN_II_CYCLES, n / 2 if bf16_fast else n), target, "vector")
@@ -74,7 +74,7 @@ def _bn_stats(ins, src, dst, ctx):
 
 
 register("bn_stats", engines={"vector"}, execute=_bn_stats,
-         cost=lambda ins, p, t: cr.seconds(cr.vector_cycles(_n_in(ins)), t, "vector"),
+         cost=lambda ins, p, t: cr.seconds(cr.vector_cycles(_n_in(ins) * cr.stride_slowdown(ins, p)), t, "vector"),
          rules=COMPUTE_RULES + (same_partitions("dst", "data"), _bn_stats_rules), categories={REDUCE})
 
 
@@ -99,5 +99,6 @@ def _bn_aggr(ins, src, dst, ctx):
 
 
 register("bn_aggr", engines={"vector"}, execute=_bn_aggr,
-         cost=lambda ins, p, t: cr.seconds(max(cr.MIN_II_CYCLES, cr.BN_AGGR_FACTOR * _n_in(ins)), t, "vector"),
+         cost=lambda ins, p, t: cr.seconds(max(cr.MIN_II_CYCLES, cr.BN_AGGR_FACTOR * _n_in(ins) * cr.stride_slowdown(ins, p)),
+                                          t, "vector"),
          rules=COMPUTE_RULES + (same_partitions("dst", "data"), _bn_aggr_rules), categories={REDUCE})

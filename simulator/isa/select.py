@@ -85,7 +85,8 @@ def _top8_rules(*roles):
 
 def _top8_cost(ins, program, target):
     data = ins.src.get("data") or ins.src.get("src")
-    return cr.seconds(cr.vector_cycles(data.size // max(1, partitions(data))), target, "vector")
+    return cr.seconds(cr.vector_cycles(data.size // max(1, partitions(data)) * cr.stride_slowdown(ins, program)),
+                      target, "vector")
 
 
 def _max8(ins, src, dst, ctx):

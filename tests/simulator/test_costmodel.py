@@ -203,5 +203,107 @@ def test_many_independent_dmas_pipeline_across_queues():
     assert r.engine_active["dma"] > 0.9
 
 
+# -- v2 shared ports (hardware.md "Engines") ---------------------------------------------------------------
+
+def _port_program(first, second):
+    """Two independent instructions (engine, src buffer, dst buffer) on disjoint tiles."""
+    tiles = {}
+
+    def tile(buffer):
+        spec = _tile(f"t{len(tiles)}", 8192 * len(tiles), shape=(128, 512), buffer=buffer)
+        tiles[spec.name] = spec
+        return _ap(spec)
+
+    ins = [Instruction("tensor_copy", eng, {"dst": tile(dst)}, {"src": tile(src)}, {}) for eng, src, dst in (first, second)]
+    return Program("ports", tiles, ins)
+
+
+@pytest.mark.parametrize("first, second", [
+    (("vector", "sbuf", "sbuf"), ("gpsimd", "sbuf", "sbuf")),      # the SBUF port: Vector / GpSimd
+    (("vector", "psum", "sbuf"), ("scalar", "psum", "sbuf")),      # the PSUM port: Vector / Scalar
+    (("scalar", "psum", "sbuf"), ("vector", "psum", "sbuf")),
+])
+def test_v2_shared_ports_serialise_what_v3_overlaps(first, second):
+    on2, on1 = schedule(_port_program(first, second), "trn2"), schedule(_port_program(first, second), "trn1")
+    assert on2.start == [0.0, 0.0]                                  # lifted on v3: both at once
+    assert on1.start[0] == 0.0 and on1.start[1] == pytest.approx(on1.end[0])
+    assert on1.pred[1] == 0 and on1.reason[1] == "port"
+    assert on1.waits[1] == ()                                       # arbitration, not a semaphore
+
+
+def test_v2_engines_without_a_shared_port_still_overlap():
+    # Scalar and Vector share only the PSUM port, GpSimd and Scalar share nothing.
+    for pair in ((("vector", "sbuf", "sbuf"), ("scalar", "sbuf", "sbuf")),
+                 (("gpsimd", "sbuf", "sbuf"), ("scalar", "psum", "sbuf"))):
+        assert schedule(_port_program(*pair), "trn1").start == [0.0, 0.0]
+
+
+def test_v2_port_lets_the_other_engine_use_a_gap():
+    """Vector copy, then a Vector copy waiting for a DMA: a later GpSimd copy uses the SBUF port in between
+    (program order is not time order across queues), and no two SBUF users ever overlap."""
+    prog = _port_program(("vector", "sbuf", "sbuf"), ("gpsimd", "sbuf", "sbuf"))
+    x = TensorSpec("x", (128, 512), "float32", "hbm", "input")
+    landed = _tile("landed", 4 * 8192, shape=(128, 512))
+    out = _tile("out", 5 * 8192, shape=(128, 512))
+    prog.tensors.update(x=x, landed=landed, out=out)
+    gp = prog.instructions.pop()
+    prog.instructions += [
+        Instruction("dma_copy", "dma", {"dst": _ap(landed)}, {"src": _ap(x)}, {}),
+        Instruction("tensor_copy", "vector", {"dst": _ap(out)}, {"src": _ap(landed)}, {}),
+        gp]
+    s = schedule(prog, "trn1")
+    assert s.start[2] >= s.end[1] > s.end[0]                        # Vector #2 waits for the DMA
+    assert s.start[3] == pytest.approx(s.end[0])                    # GpSimd fits before it
+    assert s.end[3] <= s.start[2] and s.reason[3] == "port"
+    assert schedule(prog, "trn2").start[3] == 0.0
+
+
+# -- innermost strides over 16 bytes halve bandwidth ------------------------------------------------------
+
+def _strided_program(engine, stride, dtype="float32"):
+    """One ``engine`` copy of 512 elements per partition read with innermost ``stride`` (elements)."""
+    a = _tile("a", 0, shape=(128, 4096), dtype=dtype)
+    b = _tile("b", 32768, shape=(128, 512), dtype=dtype)
+    src = AccessPattern("a", 0, ((4096, 128), (stride, 512)))
+    return Program("strided", {"a": a, "b": b},
+                   [Instruction("tensor_copy", engine, {"dst": _ap(b)}, {"src": src}, {})])
+
+
+@pytest.mark.parametrize("engine", ["vector", "scalar", "gpsimd"])
+def test_innermost_strides_over_16_bytes_halve_the_streaming_rate(engine):
+    cost = lambda stride, dtype="float32": schedule(_strided_program(engine, stride, dtype), "trn2").cost[0]
+    assert cost(4) == cost(1)                  # 16 bytes: not over the limit
+    assert cost(8, "bfloat16") == cost(1, "bfloat16")
+    assert cost(5) > cost(1) and cost(8) == cost(5)
+    hz = get_target("trn2").clock_hz(engine)
+    fixed = cr.GPSIMD_FIXED_CYCLES / hz if engine == "gpsimd" else 0.0
+    # Double the streaming cycles, keep the fixed part (GpSimd's 150 cycles).
+    assert cost(8) - fixed == pytest.approx(cr.STRIDE_PENALTY_SLOWDOWN * (cost(1) - fixed))
+    assert cost(8) / cost(1) == pytest.approx(2.0, rel=0.25)
+
+
+def test_a_strided_matmul_moving_operand_is_slower_and_a_strided_stationary_is_not():
+    @nki.jit
+    def mm(lhsT, rhs, every: int, stationary_every: int):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        st = nl.ndarray((128, 128 * stationary_every), dtype=lhsT.dtype, buffer=nl.sbuf)
+        mv = nl.ndarray((128, 512 * every), dtype=rhs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=st, src=lhsT[:, 0:128 * stationary_every])
+        nisa.dma_copy(dst=mv, src=rhs[:, 0:512 * every])
+        acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=st[:, ::stationary_every], moving=mv[:, ::every])
+        res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        nisa.dma_copy(dst=out, src=res)
+        return out
+
+    args = arrays((128, 128 * 16), (128, 512 * 16))
+    busy = lambda every, st_every: nki.profile(mm, *args, every=every, stationary_every=st_every,
+                                               target="trn2").engine_busy_s["tensor"]
+    assert busy(8, 1) == pytest.approx(busy(1, 1))                 # bf16 every 8th: 16 bytes
+    assert busy(16, 1) == pytest.approx(cr.STRIDE_PENALTY_SLOWDOWN * busy(1, 1))
+    assert busy(1, 16) == pytest.approx(busy(1, 1))               # LoadStationary is modelled as hidden
+
+
 import nki.isa as nisa          # noqa: E402  (used by the kernel above)
 import nki.language as nl       # noqa: E402
