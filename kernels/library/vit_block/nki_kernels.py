@@ -19,6 +19,7 @@ from kernels.library.gelu_mlp.nki_kernels import load_linear
 from kernels.library.layernorm.nki_kernels import load_row_vector
 from kernels.library.matmul.nki_kernels import TILE_K, TILE_M, _cdiv, build_a_transposed, k_slices
 
+from .ln_transposed import load_cols
 from .stages import attention_stage, post_stage, pre_stage
 
 
@@ -27,8 +28,7 @@ def load_weights(params, d, rows):
     (ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b) = params
     hidden = fc1_w.shape[0]
     return {
-        "ln1": (load_row_vector(ln1_w, rows), load_row_vector(ln1_b, rows)),
-        "ln2": (load_row_vector(ln2_w, rows), load_row_vector(ln2_b, rows)),
+        "ln1": (load_cols(ln1_w), load_cols(ln1_b)), "ln2": (load_cols(ln2_w), load_cols(ln2_b)),
         "q": load_linear(q_w, q_b), "k": load_linear(k_w, k_b),
         "v": build_a_transposed(v_w, 0, d, k_slices(0, d, 1)), "v_b": load_row_vector(v_b, rows),
         "o": build_a_transposed(o_w, 0, d, k_slices(0, d, 1)), "o_b": load_row_vector(o_b, rows),
@@ -49,8 +49,8 @@ class _Lazy:
          fc2_b) = self.params
         d, rows = self.d, self.rows
         loaders = {
-            "ln1": lambda: (load_row_vector(ln1_w, rows), load_row_vector(ln1_b, rows)),
-            "ln2": lambda: (load_row_vector(ln2_w, rows), load_row_vector(ln2_b, rows)),
+            "ln1": lambda: (load_cols(ln1_w), load_cols(ln1_b)),
+            "ln2": lambda: (load_cols(ln2_w), load_cols(ln2_b)),
             "q": lambda: load_linear(q_w, q_b), "k": lambda: load_linear(k_w, k_b),
             "v": lambda: build_a_transposed(v_w, 0, d, k_slices(0, d, 1)),
             "v_b": lambda: load_row_vector(v_b, rows),

@@ -14,9 +14,10 @@ import nki.isa as nisa
 import nki.language as nl
 
 from kernels.library.gelu_mlp.nki_kernels import transposed_rows
-from kernels.library.layernorm.nki_kernels import normalize_tile
 from kernels.library.matmul.nki_kernels import TILE_K, TILE_M, TILE_N, _cdiv, copy_psum, plain_tiles
 from kernels.library.vit_attn.nki_kernels import Ring, psum_width
+
+from .ln_transposed import normalized_tile, transposed_affine
 
 # attention pipeline distances: step n issues the scores of step n+4, the exp of n+3, the P^T transposes
 # of n+1 and P V of n, so each stage's inputs were issued at least a step earlier (exp sits two steps
@@ -90,11 +91,11 @@ def pre_stage(x, b, w, st, s, d, eps, scale):
         xt = nl.ndarray((rows, d), dtype=dt, buffer=nl.sbuf)
         nisa.dma_copy(dst=xt, src=x[b, i * TILE_M:i * TILE_M + rows, :])
         x_rows.append(xt)
-        xn_rows.append((normalize_tile(xt, rows, eps, ln1_w, ln1_b, dt), rows))
+        xn_rows.append((normalized_tile(xt, rows, eps, dt), rows))
         yield
     for _ in range(LN_LAG):
         yield
-    xn_t = transposed_rows(xn_rows, d, dt)
+    xn_t = transposed_affine(xn_rows, d, dt, ln1_w, ln1_b)
     yield
     n_dt = _cdiv(d, TILE_K)
     q_w, q_b = w["q"]
@@ -224,11 +225,11 @@ def post_stage(st, out, b, w, s, d, hidden, eps):
     ln2_w, ln2_b = w["ln2"]
     hn = []
     for t, rows in h1:
-        hn.append((normalize_tile(t, rows, eps, ln2_w, ln2_b, dt), rows))
+        hn.append((normalized_tile(t, rows, eps, dt), rows))
         yield
     for _ in range(LN_LAG):
         yield
-    hn_t = transposed_rows(hn, d, dt)
+    hn_t = transposed_affine(hn, d, dt, ln2_w, ln2_b)
     yield
     fc1_w, fc1_b = w["fc1"]
     h_t = [nl.ndarray((TILE_K, s), dtype=dt, buffer=nl.sbuf) for _ in range(_cdiv(hidden, TILE_K))]
