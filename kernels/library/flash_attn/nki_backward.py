@@ -21,7 +21,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-from .nki_kernels import BANK, NEG, P, Ring, load_head_rows, row_tiles
+from .nki_kernels import BANK, NEG, P, Ring, row_tiles
 
 AHEAD_A, AHEAD_B, AHEAD_C = 3, 2, 1   # pipeline distances (steps ahead of D); E and F trail by 1 and 2
 BEHIND_E, BEHIND_F = 1, 2
@@ -55,7 +55,9 @@ def bwd_sbuf_bytes(sq, sk, d, group, itemsize, causal=False):
     qh = q_slots * (2 * nqt * d * itemsize + 2 * sq * itemsize + nqt * d * 4 + 2 * nqt * 4) + nqt * d * itemsize
     acc = kv_slots * 2 * nkt * d * 4 if group > 1 else 0
     work = sum(slots * cols * (4 if f32 else itemsize) for _, cols, f32, slots in WORK_RINGS)
-    small = 3 * d * 4 + 2 * d * 4 + 4 * 4 + (2 * (2 * BANK - P) * 4 if causal else 0)  # dq psum-free tiles, mask
+    keys = {m for _, _, live in schedule(sq, sk, causal) for *_, m in live if m is not None}
+    masks = (sum(k[3] for k in keys) + max(k[3] for k in keys)) * 4 if keys else 0   # and their zeros
+    small = 3 * d * 4 + 2 * d * 4 + 4 * 4 + masks
     return kv + qh + acc + work + small
 
 
@@ -69,35 +71,118 @@ def check_bwd_fits(sq, sk, d, group, itemsize, causal, available):
                          "shorter sequences (or split the sequence across calls)")
 
 
-def tiled(t, n, interleave):
-    """HBM view [128, n // 128, ...] of the full 128-row tiles of t [n, ...] in the kernel's row layout.
-    Interleaved: partition p holds rows p * nt .. p * nt + nt - 1, one contiguous run per partition (full
-    DMA bandwidth from 2 KiB); natural: tile i holds rows 128 i .. 128 i + 127 (runs of one row; the causal
-    mask needs it). The rows past the last full tile form a natural partial tile either way."""
+GROUP = BANK // P   # causal row layout: 128-row tiles per 512-row group (one key block)
+
+
+def tile_rows(n, causal):
+    """Row layout of t [n, ...] in SBUF [128, ntiles, ...]: per tile (base, stride, rows), partition p
+    holding row base + stride * p. Non-causal: interleaved over all full tiles (partition p holds rows
+    p * nt .. p * nt + nt - 1: one contiguous run per partition, full DMA bandwidth from 2 KiB). Causal:
+    interleaved within 512-row groups (4 rows per partition: 1 KiB runs for bf16 D=128, half bandwidth
+    instead of a quarter for single rows) so a group is one key block and the causal structure between
+    groups survives; full tiles past the last whole group and the partial tile are natural."""
+    full = n // P
+    if not causal:
+        tiles = [(t, full, P) for t in range(full)]
+    else:
+        ng = full // GROUP
+        tiles = [(g * BANK + j, GROUP, P) for g in range(ng) for j in range(GROUP)]
+        tiles += [(t * P, 1, P) for t in range(ng * GROUP, full)]
+    if n % P:
+        tiles.append((full * P, 1, n % P))
+    return tiles
+
+
+def hbm_runs(t, n, causal):
+    """[(HBM view [rows, tiles, ...], first tile, tiles, rows)]: the DMAs moving t [n, ...] in the layout
+    of ``tile_rows`` (whole groups in one, natural full tiles in one, the partial tile in one)."""
     full, rest = n // P, tuple(t.shape[1:])
-    if interleave:
-        return t[:full * P].reshape((P, full) + rest)
-    return t[:full * P].reshape((full, P) + rest).permute((1, 0) + tuple(range(2, 2 + len(rest))))
+    swap = (1, 0) + tuple(range(2, 2 + len(rest)))
+    runs = []
+    if not causal:
+        if full:
+            runs.append((t[:full * P].reshape((P, full) + rest), 0, full, P))
+    else:
+        ng = full // GROUP
+        if ng:   # rows g * 512 + 4 p + j -> partition p, tile 4 g + j
+            v = t[:ng * BANK].reshape((ng, P, GROUP) + rest)
+            runs.append((v.permute((1, 0) + tuple(range(2, 3 + len(rest)))), 0, ng * GROUP, P))
+        if full > ng * GROUP:
+            k = full - ng * GROUP
+            runs.append((t[ng * BANK:full * P].reshape((k, P) + rest).permute(swap), ng * GROUP, k, P))
+    if n % P:
+        runs.append((t[full * P:n].reshape((n % P, 1) + rest), full, 1, n % P))
+    return runs
 
 
-def move_rows(hbm, n, sb, interleave, store=False):
-    """HBM [n, D] <-> SBUF [128, ntiles, D] in the row layout of ``tiled``: one DMA for the full tiles,
-    one for the partial tile."""
-    full, rest = n // P, n % P
-    pairs = []
-    if full:
-        pairs.append((tiled(hbm, n, interleave), sb[:, :full, :]))
-    if rest:
-        pairs.append((hbm[full * P:n, :], sb[:rest, full, :]))
-    for h, s in pairs:
+def move_rows(hbm, n, sb, causal, store=False):
+    """HBM [n, D] (or [n]) <-> SBUF [128, ntiles, D] (or [128, ntiles]) in the row layout of
+    ``tile_rows``."""
+    for h, t0, cnt, rows in hbm_runs(hbm, n, causal):
+        s = sb[:rows, t0:t0 + cnt]
         nisa.dma_copy(dst=h, src=s) if store else nisa.dma_copy(dst=s, src=h)
+
+
+def key_grouped(kb, sk, causal):
+    """Whether the key block at kb holds a whole 512-row group (its columns interleaved: column c is key
+    kb + 4 (c % 128) + c // 128), else its columns are keys kb + c."""
+    return causal and kb + BANK <= (sk // P) // GROUP * BANK
+
+
+def mask_key(base, stride, kb, bw, sk):
+    """Causal mask of a q tile (rows base + stride * p) against the key block at kb (bw columns): None
+    when every row sees every key, else (stride, base - kb, grouped, bw): keep where
+    base - kb + stride * p - keyoff(c) >= 0, keyoff the column's key minus kb."""
+    if base - kb >= bw - 1:
+        return None
+    return stride, base - kb, key_grouped(kb, sk, True), bw
+
+
+def causal_masks(keys):
+    """{mask key: [128, bw] fp32 additive mask (0 kept, NEG masked)} built on GpSimd (affine_select)."""
+    if not keys:
+        return {}
+    width = max(k[3] for k in keys)
+    zeros = nl.zeros((P, width), dtype=nl.float32, buffer=nl.sbuf, name="mask_zeros")
+    masks = {}
+    for n, (stride, off, grouped, bw) in enumerate(sorted(keys)):
+        m = nl.ndarray((P, bw), dtype=nl.float32, buffer=nl.sbuf, name=f"causal_mask{n}")
+        pattern = [[-1, GROUP], [-GROUP, P]] if grouped else [[-1, bw]]
+        nisa.affine_select(dst=m, pattern=pattern, channel_multiplier=stride, on_true_tile=zeros[:, :bw],
+                           on_false_value=NEG, cmp_op=nl.greater_equal, offset=off)
+        masks[(stride, off, grouped, bw)] = m
+    return masks
+
+
+def schedule(sq, sk, causal):
+    """The steps of one q head: per key block (kb, bw of the block, [(q tile, bw, last key block of the
+    tile, mask key)]) over the tiles some key of the block is visible to (causal: key <= row)."""
+    qrows = tile_rows(sq, causal)
+    kbs = [kb for kb in range(0, sk, BANK) if not causal or kb < sq]
+    out = []
+    for kb in kbs:
+        full_bw = min(BANK, sk - kb)
+        live = []
+        for i, (base, stride, r) in enumerate(qrows):
+            last_row = base + stride * (r - 1)
+            if not causal:
+                live.append((i, full_bw, kb + BANK >= sk, None))
+                continue
+            if kb > last_row:
+                continue
+            # natural key blocks stop at the tile's last row; a group's columns are interleaved: all of it
+            bw = full_bw if key_grouped(kb, sk, causal) else min(full_bw, last_row + 1 - kb)
+            live.append((i, bw, kb + BANK > last_row or kb + BANK >= sk, mask_key(base, stride, kb, bw, sk)))
+        out.append((kb, full_bw, live))
+    return out
 
 
 class Step:
     """One (q head, key block, q tile) step."""
 
-    def __init__(self, head, i, q0, r, kb, bw, first_kb, last_kb, block):
+    def __init__(self, head, i, q0, r, kb, bw, first_kb, last_kb, block, mask=None):
         self.head, self.i, self.q0, self.r, self.kb, self.bw = head, i, q0, r, kb, bw
+        self.mask = mask   # causal: key of ctx["masks"] (None: the tile sees the whole block)
         self.first_kb, self.last_kb, self.block = first_kb, last_kb, block
         self.key_tiles = row_tiles(bw)
 
@@ -108,10 +193,8 @@ def stage_a(st, ctx):
     st.s, st.dp = ctx["s"].next(), ctx["dp"].next()
     nisa.nc_matmul(dst=st.s[:r, :bw], stationary=hd["qT"][:, st.q0:st.q0 + r], moving=hd["kT"][:, st.kb:st.kb + bw],
                    accumulate=False)
-    if ctx["causal"] and st.kb + bw > st.q0:
-        # key c of the block is masked when kb + c > q0 + p: a window of the wide mask
-        off = ctx["mask_off"] - (st.q0 - st.kb)
-        nisa.tensor_tensor(dst=st.s[:r, :bw], data1=st.s[:r, :bw], data2=ctx["mask"][:r, off:off + bw], op=nl.add)
+    if st.mask is not None:
+        nisa.tensor_tensor(dst=st.s[:r, :bw], data1=st.s[:r, :bw], data2=ctx["masks"][st.mask][:r, :bw], op=nl.add)
     nisa.nc_matmul(dst=st.dp[:r, :bw], stationary=hd["doT"][:, st.q0:st.q0 + r],
                    moving=hd["vT"][:, st.kb:st.kb + bw], accumulate=False)
 
@@ -182,7 +265,7 @@ def stage_f(st, ctx, dq):
                                   operand1=acc)
     if st.last_of_head:
         b, h = hd["bh"]
-        move_rows(dq[b, h], ctx["sq"], hd["q"], ctx["interleave"], store=True)
+        move_rows(dq[b, h], ctx["sq"], hd["q"], ctx["causal"], store=True)
 
 
 def drain_block(blk, ctx, dk, dv):
@@ -215,20 +298,7 @@ def drain_block(blk, ctx, dk, dv):
                                        engine=nisa.gpsimd_engine)
         if blk["store"]:
             b, hk = kv["bh"]
-            move_rows(out[b, hk], ctx["sk"], o_sb, ctx["interleave"], store=True)
-
-
-def wide_causal_mask(sq_tiles):
-    """[128, W] additive mask with W = 512 + 128 * (tiles of one block - 1) * 2 ... see ``mask_off``:
-    column x is 0 where x - off <= p, NEG elsewhere, so the window at off - (q0 - kb) masks a block."""
-    off = BANK - P
-    width = off + BANK
-    zeros = nl.zeros((P, width), dtype=nl.float32, buffer=nl.sbuf, name="mask_zeros")
-    mask = nl.ndarray((P, width), dtype=nl.float32, buffer=nl.sbuf, name="causal_mask")
-    # keep where p - x + off >= 0
-    nisa.affine_select(dst=mask, pattern=[[-1, width]], channel_multiplier=1, on_true_tile=zeros,
-                       on_false_value=NEG, cmp_op=nl.greater_equal, offset=off)
-    return mask, off
+            move_rows(out[b, hk], ctx["sk"], o_sb, ctx["causal"], store=True)
 
 
 @nki.jit
@@ -237,8 +307,8 @@ def flash_bwd_kernel(q, k, v, o, do, lse, dlse, causal, scale):
     (B, Hq, Sq) fp32 (dlse: the gradient reaching lse, zeros if none). Returns dq (B, Hq, Sq, D),
     dk and dv (B, Hkv, Sk, D) in q's dtype. ValueError when Sq, Sk are too long for the target's SBUF.
 
-    Non-causal, rows are interleaved over the tiles (see ``tiled``: every load and store of a head is one
-    DMA with one contiguous run per partition); causal keeps natural 128-row tiles for the mask."""
+    Rows are interleaved over the tiles (see ``tile_rows``): non-causal over all of them (every load and
+    store of a head is one DMA with one contiguous run per partition), causal within 512-row groups."""
     bsz, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     group = hq // hkv
@@ -249,11 +319,10 @@ def flash_bwd_kernel(q, k, v, o, do, lse, dlse, causal, scale):
     dv = nl.ndarray((bsz, hkv, sk, d), dtype=dtype, buffer=nl.shared_hbm)
     qtiles, nkt = row_tiles(sq), len(row_tiles(sk))
     nqt = len(qtiles)
-    interleave = not causal
-    mask, mask_off = wide_causal_mask(nqt) if causal else (None, 0)
+    plan = schedule(sq, sk, causal)
+    masks = causal_masks({m for _, _, live in plan for *_, m in live if m is not None})
     ctx = {
-        "d": d, "sq": sq, "sk": sk, "causal": causal, "interleave": interleave, "scale": scale, "group": group,
-        "mask": mask, "mask_off": mask_off,
+        "d": d, "sq": sq, "sk": sk, "causal": causal, "scale": scale, "group": group, "masks": masks,
         # PSUM (8 banks): S 1, dP 1, dS^T 2, head transposes 1, dK + dV 2, dQ half a bank
         # (S and dP are read by stage B of the next step before stage A writes again: one slot each)
         "s": Ring((P, BANK), nl.float32, nl.psum, 1, "s_psum"),
@@ -290,10 +359,7 @@ def flash_bwd_kernel(q, k, v, o, do, lse, dlse, causal, scale):
     def columns(src, dst, negate):
         """src (Sq,) fp32 (HBM) -> dst [128, nqt] (column i = q tile i), negated on GpSimd if asked."""
         full, rest = sq // P, sq % P
-        if full:
-            nisa.dma_copy(dst=dst[:, :full], src=tiled(src, sq, interleave))
-        if rest:
-            nisa.dma_copy(dst=dst[:rest, full:full + 1], src=src[full * P:sq].reshape((rest, 1)))
+        move_rows(src, sq, dst, causal)
         for sl in ((slice(0, P), slice(0, full)), (slice(0, rest), slice(full, full + 1))) if negate else ():
             if sl[0].stop and sl[1].stop > sl[1].start:
                 nisa.tensor_scalar(dst=dst[sl], data=dst[sl], op0=nl.multiply, operand0=-1.0,
@@ -301,8 +367,8 @@ def flash_bwd_kernel(q, k, v, o, do, lse, dlse, causal, scale):
 
     def kv_head(b, hk):
         kv = {name: rings[name].next() for name in ("k", "v", "kT", "vT", "dk_out")}
-        move_rows(k[b, hk], sk, kv["k"], interleave)
-        move_rows(v[b, hk], sk, kv["v"], interleave)
+        move_rows(k[b, hk], sk, kv["k"], causal)
+        move_rows(v[b, hk], sk, kv["v"], causal)
         transpose_into(kv["k"], sk, kv["kT"], 1.0)
         transpose_into(kv["v"], sk, kv["vT"], 1.0)
         if causal and sk > sq:
@@ -319,10 +385,10 @@ def flash_bwd_kernel(q, k, v, o, do, lse, dlse, causal, scale):
         hd = {name: rings[name].next() for name in ("q", "do", "qT", "doT", "dq_acc", "nlse", "ndelta")}
         # Q and dO first: their transposes are the first head's critical path
         for name, src in (("q", q), ("do", do)):
-            move_rows(src[b, h], sq, hd[name], interleave)
+            move_rows(src[b, h], sq, hd[name], causal)
         transpose_into(hd["q"], sq, hd["qT"], scale)
         transpose_into(hd["do"], sq, hd["doT"], 1.0)
-        move_rows(o[b, h], sq, o_sb, interleave)
+        move_rows(o[b, h], sq, o_sb, causal)
         # -lse and -delta = dlse - rowsum(dO * O) per q tile (column)
         columns(lse[b, h], hd["nlse"], True)
         columns(dlse[b, h], hd["ndelta"], False)
@@ -353,20 +419,18 @@ def flash_bwd_kernel(q, k, v, o, do, lse, dlse, causal, scale):
         for j, (b, hk, g) in enumerate(heads):
             hd = nxt
             # key blocks some query sees (causal: keys below Sq); the last one stores dK, dV
-            kbs = [kb for kb in range(0, sk, BANK) if not causal or kb < sq]
+            last_block = plan[-1][0]
             made = []
-            for kb in kbs:
-                live = [(i, q0, r) for i, (q0, r) in enumerate(qtiles) if not causal or q0 + r > kb]
-                block = {"kv": hd["kv"], "g": g, "kb": kb, "bw": min(BANK, sk - kb), "started": {},
-                         "store": g == group - 1 and kb == kbs[-1]}
+            for kb, block_bw, live in plan:
+                block = {"kv": hd["kv"], "g": g, "kb": kb, "bw": block_bw, "started": {},
+                         "store": g == group - 1 and kb == last_block}
                 pair = dkv_ps.next()
                 block["dv"], block["dk"] = pair[:, 0], pair[:, 1]
-                for n_i, (i, q0, r) in enumerate(live):
-                    bw = min(BANK, sk - kb, q0 + r - kb) if causal else min(BANK, sk - kb)
-                    last_kb = kb + BANK >= (min(sk, q0 + r) if causal else sk)
-                    st = Step(hd, i, q0, r, kb, bw, kb == 0, last_kb, block)
+                for n_i, (i, bw, last_kb, mask) in enumerate(live):
+                    q0, r = qtiles[i]
+                    st = Step(hd, i, q0, r, kb, bw, kb == 0, last_kb, block, mask)
                     st.ends_block = n_i == len(live) - 1
-                    st.last_of_head = kb == kbs[-1] and st.ends_block
+                    st.last_of_head = kb == last_block and st.ends_block
                     if len(made) == PREPARE_AT and j + 1 < len(heads):
                         nxt = prepare(j + 1)   # its loads and transposes overlap this head's steps
                     made.append(st)

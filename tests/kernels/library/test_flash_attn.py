@@ -108,6 +108,10 @@ def test_backward_too_long_for_sbuf_is_a_clear_error():
     ((1, 4, 300, 64), (1, 2, 700, 64), False, torch.float32),
     # causal heads longer than the pipeline (two slots), keys past every query (zero dK, dV)
     ((1, 3, 700, 64), (1, 1, 900, 64), True, torch.float32),
+    # causal 512-row groups: two whole groups of q against two of keys plus partial tiles, and whole
+    # q groups against a natural (trimmed) key block
+    ((1, 1, 1100, 32), (1, 1, 1030, 32), True, torch.float32),
+    ((1, 2, 1024, 32), (1, 1, 700, 32), True, torch.bfloat16),
 ])
 def test_gradients_long_keys_gqa(shape_q, shape_kv, causal, dtype):
     g = torch.Generator().manual_seed(6)
