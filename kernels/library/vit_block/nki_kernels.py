@@ -9,55 +9,78 @@ with scores in PSUM and the softmax on chip, software-pipelined over the steps; 
 fc2 add bias and residual in their PSUM evacuation. The images form a software pipeline: image b's
 attention (Vector/Scalar bound) is interleaved unit by unit in program order with image b-1's output
 projection and MLP and image b+1's LayerNorm and projections (Tensor bound), so the in-order engine queues
-overlap them. With ``resident`` every weight is transposed once and stays in SBUF across the batch;
-otherwise each is loaded just before its stage (large or fp32 weights) and images run one at a time.
+overlap them. With ``resident`` every weight is loaded and transposed once, where image 0 first uses it
+(its DMA runs ahead on free queues), and stays in SBUF across the batch as k-tile groups small enough for
+a fragmented SBUF; otherwise each is loaded just before its stage (large or fp32 weights) and images run
+one at a time.
 """
 import nki
+import nki.isa as nisa
 import nki.language as nl
 
-from kernels.library.gelu_mlp.nki_kernels import load_linear
 from kernels.library.layernorm.nki_kernels import load_row_vector
-from kernels.library.matmul.nki_kernels import TILE_K, TILE_M, _cdiv, build_a_transposed, k_slices
+from kernels.library.matmul.nki_kernels import TILE_K, TILE_M, _cdiv, plain_tiles, transpose_into
 
 from .ln_transposed import load_cols
 from .stages import attention_stage, post_stage, pre_stage
 
 
-def load_weights(params, d, rows):
-    """SBUF copies of the block's weights: W^T tiles and bias columns/rows (see load_linear)."""
-    (ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b) = params
-    hidden = fc1_w.shape[0]
-    return {
-        "ln1": (load_cols(ln1_w), load_cols(ln1_b)), "ln2": (load_cols(ln2_w), load_cols(ln2_b)),
-        "q": load_linear(q_w, q_b), "k": load_linear(k_w, k_b),
-        "v": build_a_transposed(v_w, 0, d, k_slices(0, d, 1)), "v_b": load_row_vector(v_b, rows),
-        "o": build_a_transposed(o_w, 0, d, k_slices(0, d, 1)), "o_b": load_row_vector(o_b, rows),
-        "fc1": load_linear(fc1_w, fc1_b),
-        "fc2": build_a_transposed(fc2_w, 0, d, k_slices(0, hidden, 1)), "fc2_b": load_row_vector(fc2_b, rows),
-    }
+def weight_t(w, group_bytes=12288):
+    """W^T of a torch Linear weight w [out, in] (HBM) as a list of [128, out] k-tile views (k-tile t holds
+    input features t*128..t*128+127 on partitions), in w's dtype. The k-tiles live in separate SBUF tiles
+    of at most ``group_bytes`` per partition (and at most 4 k-tiles, one PSUM bank of transposes), so a
+    weight loaded mid-kernel fits in a fragmented SBUF."""
+    out_f, in_f = w.shape
+    per = max(1, min(4, group_bytes // (out_f * w.itemsize)))
+    tiles = plain_tiles(in_f)
+    groups = []
+    for g0 in range(0, len(tiles), per):
+        g = tiles[g0:g0 + per]
+        groups.append((nl.ndarray((TILE_K, len(g), out_f), dtype=w.dtype, buffer=nl.sbuf),
+                       [(j, kw, cols) for j, (_, kw, cols) in enumerate(g)]))
+    for i in range(_cdiv(out_f, TILE_M)):
+        mw = min(TILE_M, out_f - i * TILE_M)
+        nat = nl.ndarray((mw, in_f), dtype=w.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=nat, src=w[i * TILE_M:i * TILE_M + mw, :])
+        for k, (tile, g) in enumerate(groups):
+            transpose_into(tile, nat, mw, i * TILE_M, g, i + k)
+    return [tile[:, j, :] for tile, g in groups for j in range(len(g))]
 
 
-class _Lazy:
-    """Weights loaded on first use inside one image's pass (non-resident mode): each lives only from its
-    load to its last use, so at most one stage's weights occupy SBUF at a time."""
+def load_bias_cols(w, b):
+    """W^T k-tiles (weight_t) of w [out, in] and its bias b [out] as columns [128, out/128] fp32."""
+    return weight_t(w), load_cols(b)
 
-    def __init__(self, params, d, rows):
-        self.params, self.d, self.rows = params, d, rows
+
+class _Weights:
+    """SBUF weights by name (W^T tiles, bias columns/rows, LayerNorm columns), each loaded and transposed
+    where the program first asks for it. ``resident``: kept for the rest of the kernel, so image 0 starts
+    once its own weights are in (the later weights' DMAs have free queues and run ahead of their
+    transposes); otherwise loaded again at every use and alive only until its last use in that pass, so
+    at most one stage's weights occupy SBUF at a time."""
+
+    def __init__(self, params, rows, resident):
+        self.params, self.rows, self.resident, self.cache = params, rows, resident, {}
 
     def __getitem__(self, key):
+        if key not in self.cache or not self.resident:
+            self.cache[key] = self._load(key)
+        return self.cache[key]
+
+    def _load(self, key):
         (ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w,
          fc2_b) = self.params
-        d, rows = self.d, self.rows
+        rows = self.rows
         loaders = {
             "ln1": lambda: (load_cols(ln1_w), load_cols(ln1_b)),
             "ln2": lambda: (load_cols(ln2_w), load_cols(ln2_b)),
-            "q": lambda: load_linear(q_w, q_b), "k": lambda: load_linear(k_w, k_b),
-            "v": lambda: build_a_transposed(v_w, 0, d, k_slices(0, d, 1)),
+            "q": lambda: load_bias_cols(q_w, q_b), "k": lambda: load_bias_cols(k_w, k_b),
+            "v": lambda: weight_t(v_w),
             "v_b": lambda: load_row_vector(v_b, rows),
-            "o": lambda: build_a_transposed(o_w, 0, d, k_slices(0, d, 1)),
+            "o": lambda: weight_t(o_w),
             "o_b": lambda: load_row_vector(o_b, rows),
-            "fc1": lambda: load_linear(fc1_w, fc1_b),
-            "fc2": lambda: build_a_transposed(fc2_w, 0, d, k_slices(0, fc2_w.shape[1], 1)),
+            "fc1": lambda: load_bias_cols(fc1_w, fc1_b),
+            "fc2": lambda: weight_t(fc2_w),
             "fc2_b": lambda: load_row_vector(fc2_b, rows),
         }
         return loaders[key]()
@@ -98,7 +121,7 @@ def vit_block_kernel(x, ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, ln
         resident = plan(d, hidden, x.itemsize, nl.tile_size.total_available_sbuf_size)
     if interleave is None:
         interleave = 2 if resident else 1
-    w = load_weights(params, d, rows) if resident else _Lazy(params, d, rows)
+    w = _Weights(params, rows, resident)
     scale = float(d // heads) ** -0.5
     st = [dict() for _ in range(n_img)]
 

@@ -45,7 +45,7 @@ def linear_t_units(x_t, in_f, tokens, w_t, b_cols, out_f, act, out_t, scale=1.0)
             ps = nl.ndarray((hw, cw), dtype=nl.float32, buffer=nl.psum)
             for kd in range(_cdiv(in_f, TILE_K)):
                 kw = min(TILE_K, in_f - kd * TILE_K)
-                nisa.nc_matmul(dst=ps, stationary=w_t[:kw, kd, t * TILE_K:t * TILE_K + hw],
+                nisa.nc_matmul(dst=ps, stationary=_ktile(w_t, kd)[:kw, t * TILE_K:t * TILE_K + hw],
                                moving=_ktile(x_t, kd)[:kw, c0:c0 + cw])
             nisa.activation(dst=_ktile(out_t, t)[:hw, c0:c0 + cw], op=act, data=ps, bias=b_cols[:hw, t:t + 1],
                             scale=scale)
@@ -65,7 +65,7 @@ def linear_rows_units(x_t, in_f, tokens, w_t, out_f, add_tiles, out_dtype, outs)
             for kd in range(_cdiv(in_f, TILE_K)):
                 kw = min(TILE_K, in_f - kd * TILE_K)
                 nisa.nc_matmul(dst=ps, stationary=_ktile(x_t, kd)[:kw, i * TILE_M:i * TILE_M + rows],
-                               moving=w_t[:kw, kd, n0:n0 + nw])
+                               moving=_ktile(w_t, kd)[:kw, n0:n0 + nw])
             nisa.tensor_tensor(dst=o[:, n0:n0 + nw], data1=ps, data2=extra[:rows, n0:n0 + nw], op=nl.add)
             yield
         outs.append((o, rows))
