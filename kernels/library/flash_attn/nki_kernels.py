@@ -83,7 +83,14 @@ def stage_scores(blk, ctx):
     if ctx["causal"] and blk.b0 + bw > blk.q0:
         lo = blk.q0 - blk.b0      # the diagonal: keys q0.. get the triangular mask
         nisa.tensor_tensor(dst=blk.s[:r, lo:bw], data1=blk.s[:r, lo:bw], data2=ctx["mask"][:r, :bw - lo], op=nl.add)
-    nisa.tensor_reduce(dst=blk.st[:r, 0:1], op=nl.maximum, data=blk.s[:r, :bw], axis=1, negate=True)
+    if ctx["shared_psum"]:
+        # trn1: Vector and Scalar share the PSUM port, so S is read from PSUM once: the Scalar Engine
+        # copies -S to SBUF (fp32) with the row min of -S (= -max) fused; exp then reads the copy
+        blk.neg_s = ctx["neg_s"].next()
+        nisa.activation(dst=blk.neg_s[:r, :bw], op=nl.copy, data=blk.s[:r, :bw], scale=-1.0,
+                        reduce_op=nl.minimum, reduce_res=blk.st[:r, 0:1])
+    else:
+        nisa.tensor_reduce(dst=blk.st[:r, 0:1], op=nl.maximum, data=blk.s[:r, :bw], axis=1, negate=True)
 
 
 def stage_exp(blk, ctx):
@@ -98,8 +105,12 @@ def stage_exp(blk, ctx):
         nisa.activation(dst=st[:r, 4:5], op=nl.exp, data=blk.prev.nmax, scale=-1.0, bias=nmax)
     blk.nmax = nmax
     blk.p = ctx["p"].next()
-    nisa.activation(dst=blk.p[:r, :blk.bw], op=nl.exp, data=blk.s[:r, :blk.bw], bias=nmax, reduce_op=nl.add,
-                    reduce_res=st[:r, 2:3])
+    if ctx["shared_psum"]:
+        nisa.activation(dst=blk.p[:r, :blk.bw], op=nl.exp, data=blk.neg_s[:r, :blk.bw], scale=-1.0, bias=nmax,
+                        reduce_op=nl.add, reduce_res=st[:r, 2:3])
+    else:
+        nisa.activation(dst=blk.p[:r, :blk.bw], op=nl.exp, data=blk.s[:r, :blk.bw], bias=nmax, reduce_op=nl.add,
+                        reduce_res=st[:r, 2:3])
 
 
 def stage_transpose(blk, ctx):
@@ -118,7 +129,9 @@ def stage_transpose(blk, ctx):
     for gi, (group, pT_ps) in enumerate(zip(groups, banks)):
         pT = ctx["pT"].next()
         full = sum(1 for _, kc in group if kc == P)
-        eng = nisa.vector_engine if ctx["copies"] % 3 == 2 else nisa.scalar_engine  # 2:1 balances the engines
+        # 2:1 on Scalar balances the engines; trn1: 3:1 on Vector (the Scalar Engine also evacuates S there)
+        on_vector = ctx["copies"] % 4 != 3 if ctx["shared_psum"] else ctx["copies"] % 3 == 2
+        eng = nisa.vector_engine if on_vector else nisa.scalar_engine
         ctx["copies"] += 1
         if full:
             nisa.tensor_copy(dst=pT[:, :full, :r], src=pT_ps[:, :full, :r], engine=eng)
@@ -193,11 +206,13 @@ def flash_fwd_kernel(q, k, v, causal, scale):
     out = nl.ndarray((bsz, hq, sq, d), dtype=dtype, buffer=nl.shared_hbm)
     lse = nl.ndarray((bsz, hq, sq), dtype=nl.float32, buffer=nl.shared_hbm)
     nqt, nkt = len(row_tiles(sq)), len(row_tiles(sk))
+    shared_psum = nisa.get_nc_version() == nisa.nc_version.gen2   # trn1: Vector and Scalar share PSUM's port
     # heads in flight: the pipeline holds AHEAD_S + 1 blocks (a head has at least nqt) plus the prefetched one
     q_slots = 2 + -(-(AHEAD_S + 1) // nqt)
     kv_slots = 2 + -(-(AHEAD_S + 1) // (nqt * group))
     ctx = {
         "d": d, "causal": causal, "mask": causal_mask() if causal else None, "copies": 0,
+        "shared_psum": shared_psum,
         "k": Ring((P, nkt, d), dtype, nl.sbuf, kv_slots, "k"), "v": Ring((P, nkt, d), dtype, nl.sbuf, kv_slots, "v"),
         "q": Ring((P, nqt, d), dtype, nl.sbuf, q_slots, "q"),
         "kT": Ring((d, sk), dtype, nl.sbuf, kv_slots, "kT"), "qT": Ring((d, sq), dtype, nl.sbuf, q_slots, "qT"),
@@ -211,6 +226,8 @@ def flash_fwd_kernel(q, k, v, causal, scale):
         "o_scaled": Ring((P, d), nl.float32, nl.sbuf, 2, "o_scaled"),
         "o_out": Ring((P, d), dtype, nl.sbuf, 3, "o_out"), "lse": Ring((P, 1), nl.float32, nl.sbuf, 3, "lse_sb"),
     }
+    if shared_psum:
+        ctx["neg_s"] = Ring((P, KEY_BLOCK), nl.float32, nl.sbuf, AHEAD_S - AHEAD_E + 2, "neg_s")
     # PSUM: the transposes of K and Q share one bank (the 8th)
     tp = Ring((P, BANK), nl.float32, nl.psum, 1, "tp_psum")
     kv_heads = {}

@@ -29,6 +29,19 @@ def test_forward_matches_reference(hkv, group, sq, sk, d, causal, dtype, seed):
     torch.testing.assert_close(lse, ref_lse, atol=TOL[dtype], rtol=TOL[dtype])
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_forward_on_trn1_matches_reference(monkeypatch, causal):
+    # trn1 (shared PSUM port) evacuates S once through the Scalar Engine: its own path through the kernel
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (_rand((1, 2, 200, 64), torch.float32, g) for _ in range(3))
+    k, v = k.repeat(1, 1, 6, 1)[:, :, :1100], v.repeat(1, 1, 6, 1)[:, :, :1100]
+    out, lse = flash_attention_with_lse(q, k, v, causal=causal)
+    ref_out, ref_lse = attention_with_lse(q, k, v, causal)
+    torch.testing.assert_close(out, ref_out, atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(lse, ref_lse, atol=2e-5, rtol=2e-5)
+
+
 def test_long_keys_online_softmax_gqa():
     # more keys than one 1024-key block: the running max/sum rescaling path; MQA (one kv head)
     g = torch.Generator().manual_seed(1)
