@@ -31,10 +31,10 @@ def row_stats(x_tile, rows):
     return mv
 
 
-def normalize_tile(x_tile, rows, eps, w_tile, b_tile, out_dtype):
-    """LayerNorm of an SBUF tile x_tile [rows, F]: statistics on the Vector Engine, the normalisation
-    (x - mean) * rstd on the Scalar Engine (scale and bias are free there), the weight on GpSimd and
-    the bias on the Vector Engine. Returns a new SBUF tile [rows, F] of ``out_dtype``."""
+def normalized_tile(x_tile, rows, eps, dtype):
+    """(x - mean) * rstd of an SBUF tile x_tile [rows, F]: statistics on the Vector Engine, the
+    normalisation on the Scalar Engine (scale and bias are free there). A new SBUF tile [rows, F] of
+    ``dtype``, without the affine weight and bias."""
     f = x_tile.shape[1]
     mv = row_stats(x_tile, rows)
     # rstd = (var + eps) ** -0.5 and nbias = -mean * rstd, both [rows, 1]
@@ -43,8 +43,16 @@ def normalize_tile(x_tile, rows, eps, w_tile, b_tile, out_dtype):
     nbias = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.tensor_scalar(dst=nbias, data=mv[:rows, 0:1], op0=nl.multiply, operand0=rstd, op1=nl.multiply,
                        operand1=-1.0)
-    xn = nl.ndarray((rows, f), dtype=nl.float32, buffer=nl.sbuf)
+    xn = nl.ndarray((rows, f), dtype=dtype, buffer=nl.sbuf)
     nisa.activation(dst=xn, op=nl.copy, data=x_tile, bias=nbias, scale=rstd)
+    return xn
+
+
+def normalize_tile(x_tile, rows, eps, w_tile, b_tile, out_dtype):
+    """LayerNorm of an SBUF tile x_tile [rows, F]: :func:`normalized_tile` (fp32), then the weight on
+    GpSimd and the bias on the Vector Engine. Returns a new SBUF tile [rows, F] of ``out_dtype``."""
+    f = x_tile.shape[1]
+    xn = normalized_tile(x_tile, rows, eps, nl.float32)
     y = nl.ndarray((rows, f), dtype=nl.float32, buffer=nl.sbuf)
     # the weight multiply goes to the otherwise idle GpSimd engine so the Vector Engine is not the bottleneck
     nisa.tensor_tensor(dst=y, data1=xn, data2=w_tile[:rows], op=nl.multiply, engine=nisa.gpsimd_engine)

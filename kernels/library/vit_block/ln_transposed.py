@@ -7,13 +7,12 @@ and ``bias`` of the Scalar Engine's activation, or one tensor_scalar with two op
 Engine) instead of two full-width elementwise passes per row tile (a GpSimd multiply and an fp32 Vector
 add of [rows, D] each).
 
-    normalized_tile   x [rows, D] -> (x - mean) * rstd  [rows, D]          (stats Vector, apply Scalar)
+    (the normalisation itself is layernorm's ``normalized_tile``: stats Vector, apply Scalar)
     transposed_affine [(xn, rows)] -> (xn^T * w + b) as [128, D/128, tokens]  (Tensor + evacuation)
 """
 import nki.isa as nisa
 import nki.language as nl
 
-from kernels.library.layernorm.nki_kernels import row_stats
 from kernels.library.matmul.nki_kernels import TILE_K, TILE_M, _cdiv
 
 
@@ -25,21 +24,6 @@ def load_cols(vec):
         hw = min(TILE_K, f - t * TILE_K)
         nisa.dma_copy(dst=cols[:hw, t:t + 1], src=vec[t * TILE_K:t * TILE_K + hw].reshape((hw, 1)))
     return cols
-
-
-def normalized_tile(x_tile, rows, eps, dtype):
-    """(x - mean) * rstd of an SBUF tile x_tile [rows, F] (statistics on the Vector Engine, the
-    normalisation on the Scalar Engine); a new SBUF tile [rows, F] of ``dtype`` without the affine."""
-    f = x_tile.shape[1]
-    mv = row_stats(x_tile, rows)
-    rstd = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=rstd, data=mv[:rows, 1:2], op0=nl.add, operand0=eps, op1=nl.power, operand1=-0.5)
-    nbias = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=nbias, data=mv[:rows, 0:1], op0=nl.multiply, operand0=rstd, op1=nl.multiply,
-                       operand1=-1.0)
-    xn = nl.ndarray((rows, f), dtype=dtype, buffer=nl.sbuf)
-    nisa.activation(dst=xn, op=nl.copy, data=x_tile, bias=nbias, scale=rstd)
-    return xn
 
 
 def _affine_out(dst, src, w_col, b_col, k):

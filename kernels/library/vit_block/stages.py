@@ -14,10 +14,11 @@ import nki.isa as nisa
 import nki.language as nl
 
 from kernels.library.gelu_mlp.nki_kernels import transposed_rows
+from kernels.library.layernorm.nki_kernels import normalized_tile
 from kernels.library.matmul.nki_kernels import TILE_K, TILE_M, TILE_N, _cdiv, copy_psum, plain_tiles
 from kernels.library.vit_attn.nki_kernels import Ring, psum_width
 
-from .ln_transposed import normalized_tile, transposed_affine
+from .ln_transposed import transposed_affine
 
 # attention pipeline distances: step n issues the scores of step n+4, the exp of n+3, the P^T transposes
 # of n+1 and P V of n, so each stage's inputs were issued at least a step earlier (exp sits two steps
