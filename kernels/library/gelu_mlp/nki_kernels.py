@@ -57,12 +57,18 @@ def linear_t(x_t, in_f, tokens, w_t, b_cols, out_f, act, dtype):
     return out_t
 
 
-def linear_rows(x_t, in_f, tokens, w_t, out_f, add_tiles, out_dtype):
-    """Row-major out [tokens, out_f] = x @ W^T + add, from x^T [128, n_in_tiles, tokens] and W^T
-    [128, n_in_tiles, out_f]: one list entry per 128-token tile, each a new SBUF tile [rows, out_f].
+def ktile(x_t, kd):
+    """Feature tile kd [128, tokens] of a transposed activation: a tile [128, n_tiles, tokens] or a list of
+    [128, tokens] tiles (separate tiles are easier to place in a fragmented SBUF)."""
+    return x_t[kd] if isinstance(x_t, list) else x_t[:, kd, :]
+
+
+def linear_rows_units(x_t, in_f, tokens, w_t, out_f, add_tiles, out_dtype, outs):
+    """Row-major out [tokens, out_f] = x @ W^T + add, from x^T and W^T ([128, n_in_tiles, *] tiles or lists
+    of k-tiles, see :func:`ktile`), appended to ``outs`` as (new SBUF tile [rows, out_f], rows) per
+    128-token tile; a generator that yields after each PSUM group so a caller can interleave other work.
     ``add_tiles(i, rows)`` gives the fp32 tile [rows, out_f] added during the PSUM evacuation (bias
     broadcast, or bias plus residual)."""
-    outs = []
     for i in range(_cdiv(tokens, TILE_M)):
         rows = min(TILE_M, tokens - i * TILE_M)
         o = nl.ndarray((rows, out_f), dtype=out_dtype, buffer=nl.sbuf)
@@ -72,10 +78,18 @@ def linear_rows(x_t, in_f, tokens, w_t, out_f, add_tiles, out_dtype):
             ps = nl.ndarray((rows, nw), dtype=nl.float32, buffer=nl.psum)
             for kd in range(_cdiv(in_f, TILE_K)):
                 kw = min(TILE_K, in_f - kd * TILE_K)
-                nisa.nc_matmul(dst=ps, stationary=x_t[:kw, kd, i * TILE_M:i * TILE_M + rows],
-                               moving=w_t[:kw, kd, n0:n0 + nw])
+                nisa.nc_matmul(dst=ps, stationary=ktile(x_t, kd)[:kw, i * TILE_M:i * TILE_M + rows],
+                               moving=ktile(w_t, kd)[:kw, n0:n0 + nw])
             nisa.tensor_tensor(dst=o[:, n0:n0 + nw], data1=ps, data2=extra[:rows, n0:n0 + nw], op=nl.add)
+            yield
         outs.append((o, rows))
+
+
+def linear_rows(x_t, in_f, tokens, w_t, out_f, add_tiles, out_dtype):
+    """:func:`linear_rows_units` run to the end: [(tile [rows, out_f], rows)] per 128-token tile."""
+    outs = []
+    for _ in linear_rows_units(x_t, in_f, tokens, w_t, out_f, add_tiles, out_dtype, outs):
+        pass
     return outs
 
 

@@ -13,7 +13,7 @@ address and units in flight never wait on each other through write-after-read de
 import nki.isa as nisa
 import nki.language as nl
 
-from kernels.library.gelu_mlp.nki_kernels import transposed_rows
+from kernels.library.gelu_mlp.nki_kernels import ktile, linear_rows_units, transposed_rows
 from kernels.library.layernorm.nki_kernels import normalized_tile
 from kernels.library.matmul.nki_kernels import TILE_K, TILE_M, TILE_N, _cdiv, copy_psum, plain_tiles
 from kernels.library.vit_attn.nki_kernels import Ring, psum_width
@@ -29,14 +29,8 @@ AHEAD_TRANSPOSE = 1
 LN_LAG = 3          # units issued between a LayerNorm and the transposes of its output (its chain is long)
 
 
-def _ktile(x_t, kd):
-    """Feature tile kd [128, tokens] of a transposed activation: a tile [128, n_tiles, tokens] or a list of
-    [128, tokens] tiles (separate tiles are easier to place in a fragmented SBUF)."""
-    return x_t[kd] if isinstance(x_t, list) else x_t[:, kd, :]
-
-
 def linear_t_units(x_t, in_f, tokens, w_t, b_cols, out_f, act, out_t, scale=1.0):
-    """out_t (see _ktile) = act(scale * (W x^T) + b_cols): like gelu_mlp's linear_t (x^T [128, n_in_tiles,
+    """out_t (see gelu_mlp.ktile) = act(scale * (W x^T) + b_cols): like gelu_mlp's linear_t (x^T [128, n_in_tiles,
     tokens], W^T [128, n_in_tiles, out_f], b_cols [128, n_out_tiles] fp32, already multiplied by
     ``scale``) but yielding after each PSUM group."""
     for c0 in range(0, tokens, TILE_N):
@@ -46,30 +40,11 @@ def linear_t_units(x_t, in_f, tokens, w_t, b_cols, out_f, act, out_t, scale=1.0)
             ps = nl.ndarray((hw, cw), dtype=nl.float32, buffer=nl.psum)
             for kd in range(_cdiv(in_f, TILE_K)):
                 kw = min(TILE_K, in_f - kd * TILE_K)
-                nisa.nc_matmul(dst=ps, stationary=_ktile(w_t, kd)[:kw, t * TILE_K:t * TILE_K + hw],
-                               moving=_ktile(x_t, kd)[:kw, c0:c0 + cw])
-            nisa.activation(dst=_ktile(out_t, t)[:hw, c0:c0 + cw], op=act, data=ps, bias=b_cols[:hw, t:t + 1],
+                nisa.nc_matmul(dst=ps, stationary=ktile(w_t, kd)[:kw, t * TILE_K:t * TILE_K + hw],
+                               moving=ktile(x_t, kd)[:kw, c0:c0 + cw])
+            nisa.activation(dst=ktile(out_t, t)[:hw, c0:c0 + cw], op=act, data=ps, bias=b_cols[:hw, t:t + 1],
                             scale=scale)
             yield
-
-
-def linear_rows_units(x_t, in_f, tokens, w_t, out_f, add_tiles, out_dtype, outs):
-    """Row-major x @ W^T + add_tiles(i, rows) appended to ``outs`` as (tile [rows, out_f], rows), like
-    gelu_mlp's linear_rows but yielding after each PSUM group (the fp32 add is the PSUM evacuation)."""
-    for i in range(_cdiv(tokens, TILE_M)):
-        rows = min(TILE_M, tokens - i * TILE_M)
-        o = nl.ndarray((rows, out_f), dtype=out_dtype, buffer=nl.sbuf)
-        extra = add_tiles(i, rows)
-        for n0 in range(0, out_f, TILE_N):
-            nw = min(TILE_N, out_f - n0)
-            ps = nl.ndarray((rows, nw), dtype=nl.float32, buffer=nl.psum)
-            for kd in range(_cdiv(in_f, TILE_K)):
-                kw = min(TILE_K, in_f - kd * TILE_K)
-                nisa.nc_matmul(dst=ps, stationary=_ktile(x_t, kd)[:kw, i * TILE_M:i * TILE_M + rows],
-                               moving=_ktile(w_t, kd)[:kw, n0:n0 + nw])
-            nisa.tensor_tensor(dst=o[:, n0:n0 + nw], data1=ps, data2=extra[:rows, n0:n0 + nw], op=nl.add)
-            yield
-        outs.append((o, rows))
 
 
 def _added(a, b, rows, d):
