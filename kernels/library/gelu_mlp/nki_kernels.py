@@ -39,11 +39,12 @@ def transposed_rows(row_tiles, f, dtype):
     return x_t
 
 
-def linear_t(x_t, in_f, tokens, w_t, b_cols, out_f, act, dtype):
-    """out^T [128, n_out_tiles, tokens] = act(W x^T + b), from x^T [128, n_in_tiles, tokens] (in_f
-    features) and (W^T, b) from load_linear; tokens go through the Tensor Engine 512 at a time (the
-    moving free size) and bias and activation are fused into the PSUM evacuation on the Scalar Engine."""
-    out_t = nl.ndarray((TILE_K, _cdiv(out_f, TILE_K), tokens), dtype=dtype, buffer=nl.sbuf)
+def linear_t_units(x_t, in_f, tokens, w_t, b_cols, out_f, act, out_t, scale=1.0):
+    """out_t = act(scale * (W x^T) + b_cols) as [128, n_out_tiles, tokens], from x^T (in_f features) and
+    W^T (tiles [128, n_in_tiles, *] or lists of k-tiles, see :func:`ktile`; ``out_t`` likewise) and b_cols
+    [128, n_out_tiles] fp32 (already multiplied by ``scale``). Tokens go through the Tensor Engine 512 at a
+    time (the moving free size); bias and activation are fused into the PSUM evacuation on the Scalar
+    Engine. A generator that yields after each PSUM group so a caller can interleave other work."""
     for c0 in range(0, tokens, TILE_N):
         cw = min(TILE_N, tokens - c0)
         for t in range(_cdiv(out_f, TILE_K)):
@@ -51,9 +52,18 @@ def linear_t(x_t, in_f, tokens, w_t, b_cols, out_f, act, dtype):
             ps = nl.ndarray((hw, cw), dtype=nl.float32, buffer=nl.psum)
             for kd in range(_cdiv(in_f, TILE_K)):
                 kw = min(TILE_K, in_f - kd * TILE_K)
-                nisa.nc_matmul(dst=ps, stationary=w_t[:kw, kd, t * TILE_K:t * TILE_K + hw],
-                               moving=x_t[:kw, kd, c0:c0 + cw])
-            nisa.activation(dst=out_t[:hw, t, c0:c0 + cw], op=act, data=ps, bias=b_cols[:hw, t:t + 1])
+                nisa.nc_matmul(dst=ps, stationary=ktile(w_t, kd)[:kw, t * TILE_K:t * TILE_K + hw],
+                               moving=ktile(x_t, kd)[:kw, c0:c0 + cw])
+            nisa.activation(dst=ktile(out_t, t)[:hw, c0:c0 + cw], op=act, data=ps, bias=b_cols[:hw, t:t + 1],
+                            scale=scale)
+            yield
+
+
+def linear_t(x_t, in_f, tokens, w_t, b_cols, out_f, act, dtype):
+    """:func:`linear_t_units` run to the end into a new SBUF tile out^T [128, n_out_tiles, tokens]."""
+    out_t = nl.ndarray((TILE_K, _cdiv(out_f, TILE_K), tokens), dtype=dtype, buffer=nl.sbuf)
+    for _ in linear_t_units(x_t, in_f, tokens, w_t, b_cols, out_f, act, out_t):
+        pass
     return out_t
 
 

@@ -13,7 +13,7 @@ address and units in flight never wait on each other through write-after-read de
 import nki.isa as nisa
 import nki.language as nl
 
-from kernels.library.gelu_mlp.nki_kernels import ktile, linear_rows_units, transposed_rows
+from kernels.library.gelu_mlp.nki_kernels import ktile, linear_rows_units, linear_t_units, transposed_rows
 from kernels.library.layernorm.nki_kernels import normalized_tile
 from kernels.library.matmul.nki_kernels import TILE_K, TILE_M, TILE_N, _cdiv, copy_psum, plain_tiles
 from kernels.library.vit_attn.nki_kernels import Ring, psum_width
@@ -27,24 +27,6 @@ AHEAD_SCORES = 4
 AHEAD_EXP = 3
 AHEAD_TRANSPOSE = 1
 LN_LAG = 3          # units issued between a LayerNorm and the transposes of its output (its chain is long)
-
-
-def linear_t_units(x_t, in_f, tokens, w_t, b_cols, out_f, act, out_t, scale=1.0):
-    """out_t (see gelu_mlp.ktile) = act(scale * (W x^T) + b_cols): like gelu_mlp's linear_t (x^T [128, n_in_tiles,
-    tokens], W^T [128, n_in_tiles, out_f], b_cols [128, n_out_tiles] fp32, already multiplied by
-    ``scale``) but yielding after each PSUM group."""
-    for c0 in range(0, tokens, TILE_N):
-        cw = min(TILE_N, tokens - c0)
-        for t in range(_cdiv(out_f, TILE_K)):
-            hw = min(TILE_K, out_f - t * TILE_K)
-            ps = nl.ndarray((hw, cw), dtype=nl.float32, buffer=nl.psum)
-            for kd in range(_cdiv(in_f, TILE_K)):
-                kw = min(TILE_K, in_f - kd * TILE_K)
-                nisa.nc_matmul(dst=ps, stationary=ktile(w_t, kd)[:kw, t * TILE_K:t * TILE_K + hw],
-                               moving=ktile(x_t, kd)[:kw, c0:c0 + cw])
-            nisa.activation(dst=ktile(out_t, t)[:hw, c0:c0 + cw], op=act, data=ps, bias=b_cols[:hw, t:t + 1],
-                            scale=scale)
-            yield
 
 
 def _added(a, b, rows, d):
