@@ -28,6 +28,17 @@ def load_linear(w, b):
     return w_t, b_cols
 
 
+def load_rows(x, r0, tokens, f):
+    """Rows r0 .. r0+tokens of HBM x [R, f] as SBUF tiles [(tile [rows, f], rows)], 128 rows per tile."""
+    tiles = []
+    for i in range(_cdiv(tokens, TILE_M)):
+        rows = min(TILE_M, tokens - i * TILE_M)
+        t = nl.ndarray((rows, f), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[r0 + i * TILE_M:r0 + i * TILE_M + rows, :])
+        tiles.append((t, rows))
+    return tiles
+
+
 def transposed_rows(row_tiles, f, dtype):
     """x^T [128, n_f_tiles, tokens] (SBUF, ``dtype``) from SBUF row tiles [(tile, rows)], each [rows, f]."""
     total = sum(r for _, r in row_tiles)
@@ -131,13 +142,7 @@ def gelu_mlp_kernel(x, fc1_weight, fc1_bias, fc2_weight, fc2_bias, token_block=5
     for blk in nl.affine_range(_cdiv(r, token_block)):
         r0 = blk * token_block
         tokens = min(token_block, r - r0)
-        row_tiles = []
-        for i in range(_cdiv(tokens, TILE_M)):
-            rows = min(TILE_M, tokens - i * TILE_M)
-            xt = nl.ndarray((rows, d), dtype=x.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=xt, src=x[r0 + i * TILE_M:r0 + i * TILE_M + rows, :])
-            row_tiles.append((xt, rows))
-        x_t = transposed_rows(row_tiles, d, x.dtype)
+        x_t = transposed_rows(load_rows(x, r0, tokens, d), d, x.dtype)
         outs = mlp_block(x_t, d, tokens, w1, fc1_bias, w2, hidden, lambda i, rows: b2, x.dtype)
         for i, (o, rows) in enumerate(outs):
             nisa.dma_copy(dst=out[r0 + i * TILE_M:r0 + i * TILE_M + rows, :], src=o)

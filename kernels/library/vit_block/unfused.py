@@ -9,20 +9,10 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-from kernels.library.gelu_mlp.nki_kernels import linear_rows, transposed_rows
+from kernels.library.gelu_mlp.nki_kernels import linear_rows, load_rows, transposed_rows
 from kernels.library.layernorm.nki_kernels import layer_norm_kernel, load_row_vector
 from kernels.library.matmul.nki_kernels import TILE_M, TILE_N, _cdiv, build_a_transposed, k_slices
 from kernels.library.softmax.nki_kernels import softmax_kernel
-
-
-def _load_rows(x, r0, tokens, f):
-    tiles = []
-    for i in range(_cdiv(tokens, TILE_M)):
-        rows = min(TILE_M, tokens - i * TILE_M)
-        t = nl.ndarray((rows, f), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=x[r0 + i * TILE_M:r0 + i * TILE_M + rows, :])
-        tiles.append((t, rows))
-    return tiles
 
 
 @nki.jit
@@ -36,7 +26,7 @@ def linear_kernel(x, w, b):
     for blk in nl.affine_range(_cdiv(r, TILE_N)):
         r0 = blk * TILE_N
         tokens = min(TILE_N, r - r0)
-        x_t = transposed_rows(_load_rows(x, r0, tokens, d_in), d_in, x.dtype)
+        x_t = transposed_rows(load_rows(x, r0, tokens, d_in), d_in, x.dtype)
         for i, (o, rows) in enumerate(linear_rows(x_t, d_in, tokens, w_t, d_out, lambda i, rows: bias, x.dtype)):
             nisa.dma_copy(dst=out[r0 + i * TILE_M:r0 + i * TILE_M + rows, :], src=o)
     return out
@@ -49,12 +39,12 @@ def elementwise_kernel(a, b, op):
     out = nl.ndarray((r, f), dtype=a.dtype, buffer=nl.shared_hbm)
     for t in nl.affine_range(_cdiv(r, TILE_M)):
         rows = min(TILE_M, r - t * TILE_M)
-        (at, _), = _load_rows(a, t * TILE_M, rows, f)
+        (at, _), = load_rows(a, t * TILE_M, rows, f)
         o = nl.ndarray((rows, f), dtype=a.dtype, buffer=nl.sbuf)
         if op == "gelu":
             nisa.activation(dst=o, op=nl.gelu, data=at)
         else:
-            (bt, _), = _load_rows(b, t * TILE_M, rows, f)
+            (bt, _), = load_rows(b, t * TILE_M, rows, f)
             nisa.tensor_tensor(dst=o, data1=at, data2=bt, op=nl.add)
         nisa.dma_copy(dst=out[t * TILE_M:t * TILE_M + rows, :], src=o)
     return out
