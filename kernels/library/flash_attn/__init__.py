@@ -54,7 +54,8 @@ def _fake_fwd(q, k, v, causal, scale):
 @_lib.op("flash_attention_with_lse", fake=_fake_fwd)
 def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
          scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    out, lse = launch(nki_kernels.flash_fwd_kernel, common.heads(q), common.heads(k), common.heads(v), causal, scale)
+    h = common.heads
+    out, lse = launch(nki_kernels.flash_fwd_kernel, h(q), h(k), h(v), causal, scale)
     return out.reshape(q.shape).to(q.device), lse.reshape(q.shape[:-1]).to(q.device)
 
 
@@ -62,14 +63,23 @@ def _fake_bwd(q, k, v, out, grad_out, lse, grad_lse, causal, scale):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
+def backward(q, k, v, out, grad_out, lse, grad_lse, causal: bool, scale: float):
+    """(dq, dk, dv) of attention from the forward's q/k/v (..., H, S, D), its output, the output's
+    gradient, lse (..., Hq, Sq) fp32 and lse's gradient, with the backward kernel. vit-attn's backward
+    runs through here too."""
+    def rows(t):
+        return t.detach().reshape(-1, *t.shape[-2:])
+    h = common.heads
+    dq, dk, dv = launch(nki_kernels.flash_bwd_kernel, h(q), h(k), h(v), h(out), h(grad_out.to(q.dtype)),
+                        rows(lse), rows(grad_lse.float()), causal, scale)
+    return dq.reshape(q.shape).to(q.device), dk.reshape(k.shape).to(k.device), dv.reshape(v.shape).to(v.device)
+
+
 @_lib.op("flash_attention_backward", fake=_fake_bwd)
 def _bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, grad_out: torch.Tensor,
          lse: torch.Tensor, grad_lse: torch.Tensor, causal: bool,
          scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    rows = lambda t: t.detach().reshape(-1, *t.shape[-2:])  # noqa: E731
-    dq, dk, dv = launch(nki_kernels.flash_bwd_kernel, common.heads(q), common.heads(k), common.heads(v), common.heads(out),
-                        common.heads(grad_out.to(q.dtype)), rows(lse), rows(grad_lse.float()), causal, scale)
-    return dq.reshape(q.shape).to(q.device), dk.reshape(k.shape).to(k.device), dv.reshape(v.shape).to(v.device)
+    return backward(q, k, v, out, grad_out, lse, grad_lse, causal, scale)
 
 
 def _setup_context(ctx, inputs, output):

@@ -12,7 +12,7 @@ runs neuron/flash-attn's backward kernel (nkihub's flash_attn.nki_kernels) on th
 import torch
 
 from kernels.library import common
-from kernels.library.flash_attn import nki_kernels as flash_kernels
+from kernels.library import flash_attn
 from kernels.torch_ops import OpLibrary, launch
 
 from . import nki_kernels
@@ -44,7 +44,8 @@ def check_inputs(q, k, v, scale=None) -> float:
 
 @_lib.op("vit_attention", fake=lambda q, k, v, scale: torch.empty_like(q))
 def _vit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    out = launch(nki_kernels.vit_attention_kernel, common.heads(q), common.heads(k), common.heads(v), scale)
+    h = common.heads
+    out = launch(nki_kernels.vit_attention_kernel, h(q), h(k), h(v), scale)
     return out.reshape(q.shape).to(q.device)
 
 
@@ -55,7 +56,8 @@ def _fake_with_lse(q, k, v, scale):
 @_lib.op("vit_attention_with_lse", fake=_fake_with_lse)
 def _vit_attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    out, lse = launch(nki_kernels.vit_attention_kernel, common.heads(q), common.heads(k), common.heads(v), scale, True)
+    h = common.heads
+    out, lse = launch(nki_kernels.vit_attention_kernel, h(q), h(k), h(v), scale, True)
     return out.reshape(q.shape).to(q.device), lse.reshape(q.shape[:-1]).to(q.device)
 
 
@@ -68,10 +70,7 @@ def _vit_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
                             grad_out: torch.Tensor, lse: torch.Tensor, grad_lse: torch.Tensor,
                             scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # neuron/flash-attn's backward kernel (non-causal, one kv head per q head) from the nkihub runtime
-    rows = lambda t: t.detach().reshape(-1, *t.shape[-2:])  # noqa: E731
-    dq, dk, dv = launch(flash_kernels.flash_bwd_kernel, common.heads(q), common.heads(k), common.heads(v), common.heads(out),
-                        common.heads(grad_out.to(q.dtype)), rows(lse), rows(grad_lse.float()), False, scale)
-    return dq.reshape(q.shape).to(q.device), dk.reshape(k.shape).to(k.device), dv.reshape(v.shape).to(v.device)
+    return flash_attn.backward(q, k, v, out, grad_out, lse, grad_lse, False, scale)
 
 
 def _save_with_lse(ctx, inputs, output):
