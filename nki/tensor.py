@@ -28,11 +28,7 @@ class NkiTensor:
         self.spec = spec
         self.offset = offset
         if dims is None:
-            dims, stride = [], 1
-            for size in reversed(spec.shape):
-                dims.append((stride, size))
-                stride *= size
-            dims = tuple(reversed(dims))
+            dims = AccessPattern.row_major(spec.name, spec.shape).dims
         self.dims = tuple(dims)
 
     # -- description ---------------------------------------------------------------------------------
@@ -144,11 +140,7 @@ class NkiTensor:
             raise _oob(f"cannot reshape {self.shape} ({self.size} elements) to {shape}", self)
         if not self.is_contiguous():
             raise _oob(f"reshape needs a contiguous view; {self.shape} with strides {self.strides} is not", self)
-        dims, stride = [], 1
-        for size in reversed(shape):
-            dims.append((stride, size))
-            stride *= size
-        return NkiTensor(self.spec, self.offset, tuple(reversed(dims)))
+        return NkiTensor(self.spec, self.offset, AccessPattern.row_major(self.name, shape).dims)
 
     # -- views of the AWS NKI 0.3+ tensor API ---------------------------------------------------------------
     def _dim(self, dim: int) -> int:

@@ -108,6 +108,15 @@ class AccessPattern:
                 lo += span
         return lo, hi + 1
 
+    @classmethod
+    def row_major(cls, tensor: str, shape, offset: int = 0) -> "AccessPattern":
+        """The contiguous row-major pattern of ``shape`` starting at element ``offset``."""
+        dims, stride = [], 1
+        for size in reversed(tuple(shape)):
+            dims.append((stride, int(size)))
+            stride *= int(size)
+        return cls(tensor, offset, tuple(reversed(dims)))
+
     def to_json(self) -> list:
         return [self.tensor, self.offset, [list(d) for d in self.dims]]
 

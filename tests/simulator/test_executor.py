@@ -16,11 +16,7 @@ BF16 = ml_dtypes.bfloat16
 
 
 def ap(name, shape, offset=0):
-    dims, stride = [], 1
-    for size in reversed(shape):
-        dims.append((stride, size))
-        stride *= size
-    return AccessPattern(name, offset, tuple(reversed(dims)))
+    return AccessPattern.row_major(name, shape, offset)
 
 
 def program(tensors, instructions, inputs=(), outputs=()):

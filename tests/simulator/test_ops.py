@@ -31,11 +31,7 @@ FLOATS = ("float32", "bfloat16", "float16")
 # -- running one instruction ------------------------------------------------------------------------------
 def full_ap(spec: TensorSpec) -> AccessPattern:
     """The row-major access pattern of a whole tensor."""
-    dims, stride = [], 1
-    for size in reversed(spec.shape):
-        dims.append((stride, size))
-        stride *= size
-    return AccessPattern(spec.name, 0, tuple(reversed(dims)))
+    return AccessPattern.row_major(spec.name, spec.shape)
 
 
 def run_op(opcode, engine, dst, src, attrs=None, *, target="trn2", init=None):

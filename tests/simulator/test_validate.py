@@ -12,11 +12,7 @@ from simulator.validate import check_instruction, validate
 
 
 def ap(name, shape, offset=0):
-    dims, stride = [], 1
-    for size in reversed(shape):
-        dims.append((stride, size))
-        stride *= size
-    return AccessPattern(name, offset, tuple(reversed(dims)))
+    return AccessPattern.row_major(name, shape, offset)
 
 
 def loc(line):
