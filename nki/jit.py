@@ -96,7 +96,8 @@ class JitKernel:
 
     def specialize(self, *args, target=None, **kwargs) -> CompiledKernel:
         """The compiled kernel for these arguments (traced, checked and allocated on first use)."""
-        tgt = get_target(target)
+        # A kernel declaring its target (@nki.jit(platform_target="trn3")) runs for it unless told otherwise.
+        tgt = get_target(target or self.options.get("platform_target"))
         bound = self._bind(args, kwargs)
         key = (tgt.name, self.grid, _signature_key(bound))
         entry = self._cache.get(key)

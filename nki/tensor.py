@@ -10,7 +10,7 @@ import operator
 
 import numpy as np
 
-from simulator.dtypes import as_dtype
+from simulator.dtypes import PACKED, as_dtype, dtype_name
 from simulator.errors import KernelRuleError
 from simulator.program import AccessPattern, TensorSpec
 from nki import tracing
@@ -41,8 +41,10 @@ class NkiTensor:
         return tuple(s for _, s in self.dims)
 
     @property
-    def dtype(self) -> np.dtype:
-        return as_dtype(self.spec.dtype)
+    def dtype(self):
+        """The numpy dtype, or for the packed MX dtypes their name (``nl.float8_e4m3fn_x4`` is a name,
+        as in AWS NKI: numpy has no such type)."""
+        return self.spec.dtype if self.spec.dtype in PACKED else as_dtype(self.spec.dtype)
 
     @property
     def buffer(self) -> str:
@@ -62,7 +64,7 @@ class NkiTensor:
 
     @property
     def itemsize(self) -> int:
-        return self.dtype.itemsize
+        return self.spec.np_dtype.itemsize
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -220,25 +222,52 @@ class NkiTensor:
 
     def ap(self, pattern, offset=0, scalar_offset=None, vector_offset=None, indirect_dim=None, dtype=None):
         """An explicit access pattern over this tensor: ``pattern`` = [[stride, size], ...] in elements from
-        this view's start plus ``offset``. Indirect (dynamic) offsets are not supported."""
+        this view's start plus ``offset``. With ``dtype`` the storage is reinterpreted first and the
+        pattern and offset count elements of ``dtype``. Indirect (dynamic) offsets are not supported."""
         if scalar_offset is not None or vector_offset is not None or indirect_dim is not None:
             raise NotImplementedError("ap(): indirect (scalar_offset/vector_offset) access patterns are not "
                                       "supported by the nkihub simulator")
-        if dtype is not None and np.dtype(dtype) != self.dtype:
-            raise NotImplementedError("ap(dtype=...): reinterpreting dtypes is not supported")
-        view = self._with([(int(st), int(n)) for st, n in pattern], self.offset + int(offset))
+        base = self
+        if dtype is not None and dtype_name(_dtype_arg(dtype)) != self.spec.dtype:
+            base = self._reinterpret(dtype_name(_dtype_arg(dtype)), "ap(dtype=...)")
+        view = base._with([(int(st), int(n)) for st, n in pattern], base.offset + int(offset))
         lo, hi = view.to_ap().extent()
-        if lo < 0 or hi > self.spec.size:
+        if lo < 0 or hi > view.spec.size:
             raise _oob(f"access pattern {list(map(list, view.dims))} at offset {view.offset} reaches elements "
-                       f"{lo}..{hi - 1} of a tensor of {self.spec.size}", self)
+                       f"{lo}..{hi - 1} of a tensor of {view.spec.size}", self)
         return view
 
     def view(self, dtype) -> "NkiTensor":
-        """This tensor as ``dtype``; only the tensor's own dtype (reinterpreting bits is not modelled)."""
-        if as_dtype(dtype) != self.dtype:
-            raise NotImplementedError(f"view({dtype}): reinterpreting {self.spec.dtype} bits as another dtype "
-                                      "is not supported by the nkihub simulator")
-        return self
+        """The same bytes as ``dtype`` (no data moves): the innermost dim (contiguous) is rescaled by the
+        ratio of element sizes, e.g. a [128, 64] float32 tile viewed as bfloat16 is [128, 128]."""
+        name = dtype_name(_dtype_arg(dtype))
+        if name == self.spec.dtype:
+            return self
+        base = self._reinterpret(name, "view")
+        old, new = self.itemsize, base.itemsize
+        dims = [(st * old // new, n) for st, n in self.dims]
+        if dims and self.dims[-1][0] == 1:
+            size = self.dims[-1][1] * old
+            if size % new:
+                raise _oob(f"view({name}): the innermost dim holds {size} bytes, not a whole number of "
+                           f"{new}-byte elements", self)
+            dims[-1] = (1, size // new)
+        elif old < new:
+            raise _oob(f"view({name}): a wider dtype needs a contiguous innermost dim", self)
+        return base._with(dims)
+
+    def _reinterpret(self, name: str, what: str) -> "NkiTensor":
+        """This view's start over the storage reinterpreted as dtype ``name`` (an alias tensor)."""
+        b = tracing.require(f"NkiTensor.{what}")
+        try:
+            spec = b.program.add_alias(self.spec.name, name, b.fresh_name(f"{self.spec.name}_{name}"))
+        except ValueError as exc:
+            raise _oob(f"{what}: {exc}", self) from None
+        start = self.offset * self.itemsize
+        if start % spec.np_dtype.itemsize:
+            raise _oob(f"{what}: the view starts at byte {start}, not a multiple of {name}'s "
+                       f"{spec.np_dtype.itemsize} bytes", self)
+        return NkiTensor(spec, start // spec.np_dtype.itemsize, ())
 
     # -- the neuronxcc dialect's tensor methods ---------------------------------------------------------------
     def broadcast_to(self, shape) -> "NkiTensor":
@@ -347,6 +376,12 @@ def _accumulate_matmul(t: NkiTensor, other) -> bool:
     check_instruction(last, b.program, b.target)
     b._track_psum(last)
     return True
+
+
+def _dtype_arg(dtype):
+    """A dtype argument as this machine names it (torch dtypes included)."""
+    from nki.dtypes import dtype_of
+    return dtype if isinstance(dtype, str) else dtype_of(dtype)
 
 
 def _oob(message: str, t: NkiTensor) -> KernelRuleError:

@@ -145,4 +145,4 @@ class Builder:
                 continue
             flags = self._flags(ap.tensor)
             view = as_strided(flags[ap.offset:], ap.shape, tuple(s for s, _ in ap.dims))
-            view[...] = ins.opcode == "nc_matmul"
+            view[...] = ins.opcode in ("nc_matmul", "nc_matmul_mx")

@@ -34,8 +34,9 @@ def live_ranges(program: Program) -> dict[str, tuple[int, int]]:
     for idx, ins in enumerate(program.instructions):
         for ap in (*ins.dst.values(), *ins.src.values()):
             if program.tensors[ap.tensor].on_chip:
-                first = live.get(ap.tensor, (idx, idx))[0]
-                live[ap.tensor] = (first, idx)
+                name = program.root(ap.tensor).name   # an alias lives in its root's storage
+                first = live.get(name, (idx, idx))[0]
+                live[name] = (first, idx)
     return live
 
 
@@ -99,4 +100,7 @@ def allocate(program: Program, target) -> Allocation:
             cursor[buffer] = addr + size
             active.append((addr, size, name))
             peak[buffer] = max(peak[buffer], addr + size)
+    for spec in program.tensors.values():
+        if spec.alias_of is not None and spec.on_chip:
+            spec.address = program.root(spec.name).address
     return Allocation(peak["sbuf"], peak["psum"], live)

@@ -122,15 +122,18 @@ class _Tracker:
         self.program = program
         self.buckets: dict = {}
         self.regions: dict = {}   # cache: tensor -> (space, row_len, item, base) or None (read-only)
+        aliased = {s.alias_of and program.root(s.name).name for s in program.tensors.values()} - {None}
         for name, spec in program.tensors.items():
-            if spec.kind in ("input", "constant"):
+            root = program.root(name)
+            if root.kind in ("input", "constant"):
                 self.regions[name] = None  # never written: reads need no tracking
             elif spec.on_chip:
-                space = spec.buffer if spec.address is not None else name
+                space = spec.buffer if spec.address is not None else root.name
                 self.regions[name] = (space, max(1, spec.free_size), spec.np_dtype.itemsize, spec.address or 0)
             else:
-                row = spec.shape[-1] if spec.shape else 1
-                self.regions[name] = (name, max(1, row), spec.np_dtype.itemsize, 0)
+                # HBM storage seen through aliases of other dtypes is one row of bytes for all of them.
+                row = spec.size if root.name in aliased else spec.shape[-1] if spec.shape else 1
+                self.regions[name] = (root.name, max(1, row), spec.np_dtype.itemsize, 0)
 
     def region(self, ap: AccessPattern):
         reg = self.regions[ap.tensor]

@@ -27,10 +27,20 @@ _DTYPES: dict[str, np.dtype] = {
     "float4_e2m1fn": np.dtype(ml_dtypes.float4_e2m1fn),
 }
 _NAMES: dict[np.dtype, str] = {v: k for k, v in _DTYPES.items()}
+# The MX (microscaling) 4-packed dtypes of NeuronCore-v4: four fp8 values in 32 bits, or four fp4 values
+# in 16 bits, element 0 in the lowest bits. They are not arithmetic types: the executor stores their bits
+# as unsigned integers of the same width, and only the MX instructions (quantize_mx, nc_matmul_mx) and
+# bit copies read them. Name -> (storage dtype, element dtype, bits per element).
+PACKED: dict[str, tuple[np.dtype, np.dtype, int]] = {
+    "float8_e5m2_x4": (np.dtype(np.uint32), np.dtype(ml_dtypes.float8_e5m2), 8),
+    "float8_e4m3fn_x4": (np.dtype(np.uint32), np.dtype(ml_dtypes.float8_e4m3fn), 8),
+    "float4_e2m1fn_x4": (np.dtype(np.uint16), np.dtype(ml_dtypes.float4_e2m1fn), 4),
+}
+_DTYPES.update({k: v[0] for k, v in PACKED.items()})
 _ALIASES = {"bool": "bool_", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16",
             "float": "float32", "tfloat32": "float32"}
 
-FLOAT_NAMES = frozenset(n for n, d in _DTYPES.items() if n.startswith(("float", "bfloat")))
+FLOAT_NAMES = frozenset(n for n, d in _DTYPES.items() if n.startswith(("float", "bfloat")) and n not in PACKED)
 
 
 def as_dtype(dtype) -> np.dtype:
@@ -52,7 +62,12 @@ def as_dtype(dtype) -> np.dtype:
 
 
 def dtype_name(dtype) -> str:
-    """The NKI name of a dtype (``'bfloat16'``, ``'float32'`` ...)."""
+    """The NKI name of a dtype (``'bfloat16'``, ``'float32'`` ...). A name is returned as it is known (so
+    the packed MX names, stored as unsigned integers, keep their own name)."""
+    if isinstance(dtype, str):
+        name = _ALIASES.get(dtype, dtype)
+        if name in _DTYPES:
+            return name
     return _NAMES[as_dtype(dtype)]
 
 

@@ -97,6 +97,7 @@ class _Workspace:
 
     def __init__(self, ex: "Executor"):
         self.bufs = {i: np.full(ex._specs[i].size, ex._fills[i], dtype=ex._dtypes[i]) for i in ex._internal}
+        ex._bind_aliases(self.bufs)
         self.plan = []
         for execute, ins, srcs, dsts in ex._ops:
             self.plan.append((execute, ins, self._bind(srcs, False), self._bind(dsts, True)))
@@ -113,7 +114,8 @@ class _Workspace:
 
     def refill(self, ex: "Executor") -> None:
         for i, buf in self.bufs.items():
-            buf.fill(ex._fills[i])
+            if i not in ex._aliases:
+                buf.fill(ex._fills[i])
 
 
 class Executor:
@@ -133,8 +135,12 @@ class Executor:
         self._dtypes = [s.np_dtype for s in self._specs]
         self._fills = [fill_value(dt) for dt in self._dtypes]
         self._outputs = [self._index[n] for n in program.outputs]
+        # Aliases (dtype reinterpretations) view their root's buffer: index -> root index.
+        self._aliases = {i: self._index[program.root(s.name).name] for i, s in enumerate(self._specs)
+                         if s.alias_of is not None}
         self._internal = [i for i, s in enumerate(self._specs)
-                          if s.kind not in ("input", "constant") and i not in self._outputs]
+                          if s.kind not in ("input", "constant") and i not in self._outputs
+                          and i not in self._aliases]
         self._ops = []
         written = set()
         for ins in program.instructions:
@@ -154,6 +160,12 @@ class Executor:
             out.append((role, i, ap.offset, ap.shape, tuple(s * item for s, _ in ap.dims)))
         return tuple(out)
 
+    def _bind_aliases(self, bufs: dict) -> None:
+        """Add the buffers of aliases whose root is in ``bufs``: the root's bytes seen as the alias dtype."""
+        for i, root in self._aliases.items():
+            if root in bufs:
+                bufs[i] = bufs[root].view(self._dtypes[i])
+
     def _outer_buffers(self, inputs) -> dict[int, np.ndarray]:
         """Buffers of inputs, constants and outputs for one run (outputs fresh: they are returned)."""
         bufs = {}
@@ -171,6 +183,7 @@ class Executor:
         for i in self._outputs:
             if i not in bufs:
                 bufs[i] = np.full(self._specs[i].size, self._fills[i], dtype=self._dtypes[i])
+        self._bind_aliases(bufs)
         return bufs
 
     def _take(self) -> _Workspace:

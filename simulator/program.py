@@ -30,6 +30,9 @@ class TensorSpec:
     ``shape`` is logical; for on-chip tensors dim 0 is the partition dim and the storage is
     ``shape[0]`` partitions of ``prod(shape[1:])`` elements. ``address`` is the byte offset inside each
     partition, set by allocation (on-chip only). ``data`` holds the bytes of a constant tensor.
+    ``alias_of`` names the tensor whose storage this one reinterprets as another dtype (``.view(dtype)``,
+    ``.ap(dtype=...)``): all of it, byte for byte, with the same partitions on chip; an alias has no
+    storage, address or live range of its own.
     """
 
     name: str
@@ -40,6 +43,7 @@ class TensorSpec:
     loc: SourceLoc | None = None
     address: int | None = None
     data: bytes | None = None
+    alias_of: str | None = None
 
     @property
     def size(self) -> int:
@@ -67,13 +71,15 @@ class TensorSpec:
              "kind": self.kind, "loc": self.loc.to_json() if self.loc else None, "address": self.address}
         if self.data is not None:
             d["data"] = base64.b64encode(self.data).decode()
+        if self.alias_of is not None:
+            d["alias_of"] = self.alias_of
         return d
 
     @classmethod
     def from_json(cls, d: dict) -> "TensorSpec":
         data = base64.b64decode(d["data"]) if d.get("data") is not None else None
         return cls(d["name"], tuple(d["shape"]), d["dtype"], d["buffer"], d.get("kind", "internal"),
-                   SourceLoc.from_json(d.get("loc")), d.get("address"), data)
+                   SourceLoc.from_json(d.get("loc")), d.get("address"), data, d.get("alias_of"))
 
 
 @dataclass(frozen=True)
@@ -239,6 +245,29 @@ class Program:
     # -- helpers --------------------------------------------------------------------------------------
     def tensor_of(self, ap: AccessPattern) -> TensorSpec:
         return self.tensors[ap.tensor]
+
+    def root(self, name: str) -> TensorSpec:
+        """The tensor owning the storage of ``name`` (itself unless it is an alias)."""
+        spec = self.tensors[name]
+        while spec.alias_of is not None:
+            spec = self.tensors[spec.alias_of]
+        return spec
+
+    def add_alias(self, base: str, dtype: str, name: str) -> TensorSpec:
+        """A tensor reinterpreting all of ``base``'s storage as ``dtype`` (same partitions on chip). The
+        bytes per partition (on chip) or in all (HBM) must be a whole number of ``dtype`` elements."""
+        root = self.root(base)
+        item = as_dtype(dtype).itemsize
+        rows = root.shape[0] if root.on_chip and root.shape else 1
+        row_bytes = root.size * root.np_dtype.itemsize // max(1, rows)
+        if row_bytes % item:
+            raise ValueError(f"{row_bytes} bytes {'per partition ' if root.on_chip else ''}of '{root.name}' "
+                             f"are not a whole number of {dtype} elements ({item} bytes)")
+        for spec in self.tensors.values():
+            if spec.alias_of == root.name and spec.dtype == dtype:
+                return spec
+        shape = (rows, row_bytes // item) if root.on_chip else (row_bytes // item,)
+        return self.add_tensor(TensorSpec(name, shape, dtype, root.buffer, "alias", root.loc, alias_of=root.name))
 
     def summary(self) -> str:
         """One line: name, instruction count per engine."""

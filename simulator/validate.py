@@ -4,6 +4,8 @@ dependencies inside ``affine_range`` (associative PSUM matmul accumulation excep
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -28,10 +30,26 @@ def check_instruction(ins: Instruction, program: Program, target) -> None:
         rule(ins, program, target)
 
 
-def _view(stamps: np.ndarray, ap: AccessPattern) -> np.ndarray:
+def _view(stamps: np.ndarray, ap: AccessPattern, ratio: int = 1) -> np.ndarray:
+    """The stamps of an access pattern's elements; with ``ratio`` > 1 (a tensor sharing storage with
+    aliases of smaller elements) each element is ``ratio`` stamp units, on a trailing axis."""
     item = stamps.itemsize
-    return as_strided(stamps[ap.offset:], shape=ap.shape, strides=tuple(s * item for s, _ in ap.dims),
-                      writeable=True)
+    if ratio == 1:
+        return as_strided(stamps[ap.offset:], shape=ap.shape, strides=tuple(s * item for s, _ in ap.dims),
+                          writeable=True)
+    return as_strided(stamps[ap.offset * ratio:], shape=ap.shape + (ratio,),
+                      strides=tuple(s * ratio * item for s, _ in ap.dims) + (item,), writeable=True)
+
+
+def _families(program: Program) -> dict[str, tuple[str, int]]:
+    """tensor -> (root, stamp units per element): a root and its aliases share stamps in units of their
+    smallest common element size, so a write through one is seen by reads through the others."""
+    unit: dict[str, int] = {}
+    for name, spec in program.tensors.items():
+        root = program.root(name).name
+        unit[root] = math.gcd(unit.get(root, 0), spec.np_dtype.itemsize)
+    return {name: (program.root(name).name, spec.np_dtype.itemsize // unit[program.root(name).name])
+            for name, spec in program.tensors.items()}
 
 
 def validate(program: Program, target, *, rules: bool = True) -> None:
@@ -65,11 +83,11 @@ def _distinct(ap: AccessPattern) -> bool:
     return True
 
 
-def _last_uses(program: Program) -> dict[str, int]:
+def _last_uses(program: Program, fam: dict) -> dict[str, int]:
     last: dict[str, int] = {}
     for idx, ins in enumerate(program.instructions):
         for ap in (*ins.src.values(), *ins.dst.values()):
-            last[ap.tensor] = idx
+            last[fam[ap.tensor][0]] = idx
     return last
 
 
@@ -77,9 +95,10 @@ def _dataflow(program: Program) -> None:
     # Inputs and constants are initialised and never written by the kernel (checked below). Stamps of
     # the other tensors are made on first touch and dropped after their last use, so memory follows the
     # live set rather than every tile a long kernel ever made.
-    tracked = {n for n, spec in program.tensors.items() if spec.kind not in ("input", "constant")}
+    fam = _families(program)
+    tracked = {n for n in program.tensors if program.root(n).kind not in ("input", "constant")}
     keep = set(program.outputs)
-    last_use = _last_uses(program)
+    last_use = _last_uses(program, fam)
     stamps: dict[str, np.ndarray] = {}
     # Shortcuts that keep the checks exact: how many elements of a tensor nothing wrote yet (None once a
     # write with overlapping elements makes the count unknown), and the range of writer indices seen.
@@ -87,11 +106,22 @@ def _dataflow(program: Program) -> None:
     writers: dict[str, tuple[int, int]] = {}
 
     def stamps_of(name: str) -> np.ndarray:
-        st = stamps.get(name)
+        # Keyed by the storage's root: ``name`` may be an alias of it.
+        root, ratio = fam[name]
+        st = stamps.get(root)
         if st is None:
-            st = stamps[name] = np.full(program.tensors[name].size, UNWRITTEN, dtype=np.int32)
-            unwritten.setdefault(name, st.size)
+            n = program.tensors[root].size * (program.tensors[root].np_dtype.itemsize // (
+                program.tensors[name].np_dtype.itemsize // ratio))
+            st = stamps[root] = np.full(n, UNWRITTEN, dtype=np.int32)
+            unwritten.setdefault(root, st.size)
         return st
+
+    def view_of(ap: AccessPattern) -> np.ndarray:
+        return _view(stamps_of(ap.tensor), ap, fam[ap.tensor][1])
+
+    def count_unwritten(view: np.ndarray, ap: AccessPattern) -> int:
+        hit = view == UNWRITTEN
+        return int(np.count_nonzero(hit.any(axis=-1) if fam[ap.tensor][1] > 1 else hit))
 
     affine = {lid for lid, lp in program.loops.items() if lp.kind == "affine"}
     iter_start: dict[tuple[int, int], int] = {}
@@ -108,18 +138,19 @@ def _dataflow(program: Program) -> None:
         for role, ap in reads:
             if ap.tensor not in tracked:
                 continue
-            view = _view(stamps_of(ap.tensor), ap)
+            view = view_of(ap)
+            root = fam[ap.tensor][0]
             exempt_carry = (accumulating and role in ins.dst and ACCUMULATE in row.categories) or \
                 _in_place_reduction(ins, role, ap)
             # An accumulating destination is read too: accumulating onto memory nothing wrote would add
             # whatever the buffer held (NaN here, stale data on the hardware).
-            missing = int(np.count_nonzero(view == UNWRITTEN)) if unwritten.get(ap.tensor) != 0 else 0
+            missing = count_unwritten(view, ap) if unwritten.get(root) != 0 else 0
             if missing:
-                raise fail("read-uninitialized", f"reads {missing} of {view.size} elements of "
+                raise fail("read-uninitialized", f"reads {missing} of {ap.size} elements of "
                            f"'{ap.tensor}' that nothing wrote", ins, program, role, ap)
             if exempt_carry:
                 continue
-            first_w, last_w = writers.get(ap.tensor, (idx, -1))
+            first_w, last_w = writers.get(root, (idx, -1))
             for lid, it in ins.loops:
                 if lid not in affine or it == 0:
                     continue
@@ -138,30 +169,32 @@ def _dataflow(program: Program) -> None:
                                "use nl.sequential_range for a loop-carried value (PSUM matmul "
                                "accumulation is the one exception)", ins, program, role, ap)
         for role, ap in ins.dst.items():
-            spec = program.tensors[ap.tensor]
+            spec = program.root(ap.tensor)
+            root = spec.name
             if spec.kind == "input":
                 raise fail("write-to-input", f"writes kernel input '{ap.tensor}'; inputs are read-only "
                            "(allocate an output with nl.ndarray(..., buffer=nl.shared_hbm))",
                            ins, program, role, ap)
             if spec.kind == "constant":
                 raise fail("write-to-constant", f"writes constant '{ap.tensor}'", ins, program, role, ap)
-            view = _view(stamps_of(ap.tensor), ap)
-            left = unwritten.get(ap.tensor)
+            view = view_of(ap)
+            left = unwritten.get(root)
             if left:
-                unwritten[ap.tensor] = left - int(np.count_nonzero(view == UNWRITTEN)) if _distinct(ap) else None
+                unwritten[root] = left - int(np.count_nonzero(view == UNWRITTEN)) if _distinct(ap) else None
             view[...] = idx
-            first_w, _ = writers.get(ap.tensor, (idx, idx))
-            writers[ap.tensor] = (first_w, idx)
+            first_w, _ = writers.get(root, (idx, idx))
+            writers[root] = (first_w, idx)
         for ap in (*ins.src.values(), *ins.dst.values()):
-            if last_use[ap.tensor] == idx and ap.tensor not in keep:
-                stamps.pop(ap.tensor, None)
+            root = fam[ap.tensor][0]
+            if last_use[root] == idx and root not in keep:
+                stamps.pop(root, None)
     for name in program.outputs:
         if name not in tracked:
             continue
-        st = stamps_of(name)
-        missing = int(np.count_nonzero(st == UNWRITTEN))
+        spec = program.tensors[name]
+        missing = count_unwritten(view_of(AccessPattern.row_major(name, spec.shape)),
+                                  AccessPattern.row_major(name, spec.shape))
         if missing:
-            spec = program.tensors[name]
-            raise KernelRuleError("output-not-written", f"output '{name}' has {missing} of {st.size} "
+            raise KernelRuleError("output-not-written", f"output '{name}' has {missing} of {spec.size} "
                                   "elements that the kernel never writes", operand=name, shape=spec.shape,
                                   dtype=spec.dtype, buffer=spec.buffer, loc=spec.loc)

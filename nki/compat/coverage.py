@@ -27,7 +27,6 @@ MODULES = {
 
 _MULTI = "collectives run across NeuronCores/devices; the simulator models one NeuronCore"
 _DYN = "dynamic (register-driven) control flow and addressing; kernels here are traced for static shapes"
-_MX = "MX (microscaling) fp8/fp4 packed formats are not modelled by the numpy executor"
 _HW = "semantics not fully specified in the public documentation; not guessed"
 GAPS = {
     "nki.collectives": _MULTI, "neuronxcc.nki.language.all_reduce": _MULTI, "nki.isa.sendrecv": _MULTI,
@@ -38,8 +37,6 @@ GAPS = {
     "nki.isa.register_alloc": _DYN, "nki.isa.register_load": _DYN, "nki.isa.register_move": _DYN,
     "nki.isa.register_store": _DYN, "nki.isa.VirtualRegister": _DYN,
     "neuronxcc.nki.isa.tensor_copy_dynamic_src": _DYN, "neuronxcc.nki.isa.tensor_copy_dynamic_dst": _DYN,
-    "nki.isa.nc_matmul_mx": _MX, "nki.isa.quantize_mx": _MX, "nki.language.float8_e5m2_x4": _MX,
-    "nki.language.float8_e4m3fn_x4": _MX, "nki.language.float4_e2m1fn_x4": _MX,
     "neuronxcc.nki.isa.local_gather": "old-dialect (tile-returning) wrapper not written; nki.isa.local_gather "
         "implements the instruction",
     "neuronxcc.nki.isa.sequence_bounds": "old-dialect (tile-returning) wrapper not written; "
@@ -66,7 +63,6 @@ GAPS = {
     "nki.language.NKIObject": "internal base class of the stub", "nki.language.DType": "type alias only",
     "nki.language.average": "undocumented stub constant",
     "nki.isa.get_nc_sub_version": "undocumented stub (no API page)",
-    "nki.language.float8_e8m0fnu": "MX scale dtype; not modelled",
 }
 # Names implemented with a documented difference.
 NOTES = {
@@ -83,6 +79,9 @@ NOTES = {
         "(unique_indices, oob_mode accepted, no effect)",
     "nki.isa.exponential": "trn3 only; accumulator state lives in reduce_res (reduce_res with idle is rejected)",
     "nki.isa.activate2": "trn3 only; accumulator state lives in reduce_res (reduce_res with idle is rejected)",
+    "nki.isa.quantize_mx": "trn3 only; block scale 2^(floor(log2 amax) - emax) as in OCP MX v1.0 and the "
+        "nki-library goldens (the 2.32 API page describes a scale twice as large)",
+    "nki.isa.nc_matmul_mx": "trn3 only; tile_position/tile_size accepted, the whole array is costed",
 }
 
 

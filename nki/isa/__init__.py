@@ -202,8 +202,9 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     return dst
 
 
-def tensor_copy(dst, src, engine=engine.unknown, name=None):
-    """dst = src within SBUF/PSUM (Vector, Scalar or GpSimd engine); casts through fp32 if dtypes differ."""
+def tensor_copy(dst, src, engine=engine.unknown, name=None, dtype=None):
+    """dst = src within SBUF/PSUM (Vector, Scalar or GpSimd engine); casts through fp32 if dtypes differ
+    (``dtype``, accepted as older releases took it, is dst's dtype)."""
     _tile(dst, "dst"), _tile(src, "src")
     emit("tensor_copy", _engine(engine, "vector"), {"dst": dst}, {"src": src})
     return dst
@@ -287,3 +288,4 @@ from nki.isa.extra import (dma_transpose, dropout, max8, nc_find_index8, nc_matc
                            select_reduce, set_rng_seed, tensor_partition_reduce, tensor_scalar_reduce,
                            tensor_tensor_scan)
 from nki.isa.extra import (activate2, dma_compute, exponential, local_gather, sequence_bounds)  # noqa: E402,F401
+from nki.isa.mx import nc_matmul_mx, quantize_mx  # noqa: E402,F401

@@ -114,7 +114,8 @@ def ndarray(shape, dtype, buffer=None, name=None, address=None) -> NkiTensor:
 
 def _dtname(dtype) -> str:
     from simulator.dtypes import dtype_name
-    return dtype_name(dtype_of(dtype))
+    # Names stay names: the packed MX dtypes are names (their storage dtype is an unsigned integer).
+    return dtype_name(dtype if isinstance(dtype, str) else dtype_of(dtype))
 
 
 def full(shape, fill_value, dtype, buffer=None, name=None) -> NkiTensor:

@@ -40,8 +40,8 @@ def run_op(opcode, engine, dst, src, attrs=None, *, target="trn2", init=None):
     Returns (outputs by role, execution context)."""
     prog, inputs = Program(opcode), []
     init = init or {}
-    for role, (arr, buf) in src.items():
-        prog.add_tensor(TensorSpec(role, arr.shape, dtype_name(arr.dtype), buf, kind="input"))
+    for role, (arr, buf, *name) in src.items():   # (array, buffer[, dtype name]): a name for packed dtypes
+        prog.add_tensor(TensorSpec(role, arr.shape, name[0] if name else dtype_name(arr.dtype), buf, kind="input"))
         prog.inputs.append(role)
         inputs.append(arr)
     for role, (shape, dt, buf) in dst.items():
@@ -340,14 +340,16 @@ OP_TESTS = {
 
 
 def _extra_rows():
-    """Rows of the issue-7 families (scan, select, partition, random), kept beside this file."""
+    """Rows of more families, kept beside this file in op_cases_*.py (each has ``cases(run_op)``)."""
     import importlib.util
     from pathlib import Path
-    spec = importlib.util.spec_from_file_location("_nkihub_op_cases_extra",
-                                                  Path(__file__).with_name("op_cases_extra.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.cases(run_op)
+    rows = {}
+    for path in sorted(Path(__file__).parent.glob("op_cases_*.py")):
+        spec = importlib.util.spec_from_file_location(f"_nkihub_{path.stem}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        rows.update(mod.cases(run_op))
+    return rows
 
 
 OP_TESTS.update(_extra_rows())
