@@ -99,5 +99,5 @@ def test_unknown_opcode_is_a_clear_error():
 
 
 def test_categories_are_sets_rules_read():
-    assert base.in_category(base.ACCUMULATE) == {"nc_matmul"}
+    assert base.in_category(base.ACCUMULATE) == {"nc_matmul", "nc_matmul_mx"}
     assert "dma_copy" in base.in_category(base.DMA)
