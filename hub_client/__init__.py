@@ -8,13 +8,20 @@ Import is cheap: the server (starlette, uvicorn) and huggingface_hub load only w
 
 from __future__ import annotations
 
-from .errors import DigestMismatchError, HubClientError, InvalidNameError, PublishConflictError
+from .errors import (
+    DigestMismatchError,
+    HubClientError,
+    InvalidNameError,
+    PublishConflictError,
+    RemoteFileCorruptError,
+)
 
 __all__ = [
     "DigestMismatchError",
     "HubClientError",
     "InvalidNameError",
     "PublishConflictError",
+    "RemoteFileCorruptError",
     "serve_in_background",
 ]
 

@@ -14,8 +14,8 @@ from typing import Iterable
 from filelock import FileLock
 
 from . import paths as P
-from .digest import digest_matches, file_digests
-from .errors import DigestMismatchError, PublishConflictError
+from .digest import file_digests
+from .errors import PublishConflictError
 
 
 def hf_api(endpoint: str | None = None, token: str | bool | None = None):
@@ -141,51 +141,25 @@ def download_snapshot(repo_id: str, *, revision: str, repo_type: str = "kernel",
                       allow_patterns: list[str] | None = None, cache_dir: str | os.PathLike | None = None,
                       endpoint: str | None = None, token: str | bool | None = None,
                       local_files_only: bool = False) -> Path:
-    """Download (or find in the cache) a snapshot and check every file against its Hub digest.
+    """Download (or find in the cache) a snapshot, check every file, return its folder.
 
-    A file whose bytes do not hash to the ETag it was stored under is fetched again once; if it
-    still does not match, :class:`DigestMismatchError` names it. Downloads of one repo are
-    serialised by a file lock in the cache, so concurrent processes are safe.
+    See :func:`hub_client.snapshot.fetch_snapshot` (which also returns the checked bytes): files are
+    checked against the Hub's listing (offline: the cache's blob names), a mismatch is refetched
+    once, then :class:`DigestMismatchError` names the file.
     """
-    from huggingface_hub import constants, snapshot_download
+    from .snapshot import fetch_snapshot
 
-    P.check_repo_id(repo_id)
-    P.check_revision(revision)
-    cache = Path(cache_dir) if cache_dir is not None else Path(constants.HF_HUB_CACHE)
-    lock_dir = cache / ".nkihub-locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    kwargs = dict(repo_type=repo_type, revision=revision, allow_patterns=allow_patterns, cache_dir=str(cache),
-                  endpoint=endpoint, token=token, ignore_patterns=["*.pyc", "**/__pycache__/**"])
-    with FileLock(str(lock_dir / f"{repo_type}--{repo_id.replace('/', '--')}.lock")):
-        snap = Path(snapshot_download(repo_id, local_files_only=local_files_only, **kwargs))
-        bad = verify_snapshot(snap)
-        if bad and not local_files_only:
-            from huggingface_hub import hf_hub_download
-
-            for rel, *_ in bad:
-                hf_hub_download(repo_id, rel, repo_type=repo_type, revision=snap.name, cache_dir=str(cache),
-                                endpoint=endpoint, token=token, force_download=True)
-            bad = verify_snapshot(snap)
-        if bad:
-            rel, expected, actual, algo = bad[0]
-            raise DigestMismatchError(rel, expected, actual, algo, where=f"{repo_id}@{snap.name[:12]}")
-    return snap
+    return fetch_snapshot(repo_id, revision=revision, repo_type=repo_type, allow_patterns=allow_patterns,
+                          cache_dir=cache_dir, endpoint=endpoint, token=token,
+                          local_files_only=local_files_only).path
 
 
 def verify_snapshot(snapshot: str | os.PathLike) -> list[tuple[str, str, str, str]]:
-    """Files of a cached snapshot whose content differs from the digest their blob is named after.
+    """Files of a cached snapshot that are not links to a blob holding exactly the digest it is named by.
 
-    Returns ``[(path, expected, actual, algorithm)]``; empty when all match.
+    Returns ``[(path, expected, actual, algorithm)]``; empty when all match. ``__pycache__`` is skipped.
     """
-    snapshot = Path(snapshot)
-    bad = []
-    for p in sorted(snapshot.rglob("*")):
-        if not p.is_symlink() and not p.is_file():
-            continue
-        if p.is_dir() or "__pycache__" in p.parts:
-            continue
-        blob = p.resolve()
-        ok, algo, actual = digest_matches(blob, blob.name)
-        if not ok:
-            bad.append((p.relative_to(snapshot).as_posix(), blob.name, actual, algo))
-    return bad
+    from .snapshot import check_cache
+
+    _, bad = check_cache(Path(snapshot), None)
+    return [(rel, want, got, "sha256" if len(want) == 64 else "git-sha1") for rel, want, got in bad]

@@ -36,18 +36,3 @@ def sha256_file(path: str | os.PathLike) -> str:
 def sha256_b64(path: str | os.PathLike) -> str:
     """Base64 of the raw sha256 of a file: the per-file form Hugging Face kernels' metadata.json uses."""
     return base64.b64encode(bytes.fromhex(sha256_file(path))).decode("ascii")
-
-
-def digest_matches(path: Path, name: str) -> tuple[bool, str, str]:
-    """Check a cached blob against the name the cache stored it under.
-
-    huggingface_hub names cached blobs after the ETag: a 40-hex git blob id for regular files or
-    the 64-hex sha256 for LFS files. Returns ``(ok, algorithm, actual)``; names of another shape
-    are not digests and pass.
-    """
-    sha, git, _ = file_digests(path)
-    if len(name) == 40:
-        return git == name, "git-sha1", git
-    if len(name) == 64:
-        return sha == name, "sha256", sha
-    return True, "none", ""

@@ -27,15 +27,29 @@ class DigestMismatchError(HubClientError, ValueError):
     ``algorithm`` says how they were computed (``git-sha1``, ``sha256`` or ``sha256-base64``).
     """
 
-    def __init__(self, path: str, expected: str, actual: str, algorithm: str, where: str = ""):
+    def __init__(self, path: str, expected: str, actual: str, algorithm: str, where: str = "",
+                 refetched: bool = True):
         self.path, self.expected, self.actual, self.algorithm = path, expected, actual, algorithm
+        again = ("The file was fetched again and still does not match; the Hub copy or the cache is corrupt."
+                 if refetched else "Offline, it cannot be fetched again: the cache is corrupt.")
         msg = (
             f"digest mismatch for {path!r}{(' in ' + where) if where else ''}: expected {algorithm} "
-            f"{expected}, got {actual}. The file was fetched again and still does not match; the "
-            "Hub copy or the cache is corrupt. Do not load it."
+            f"{expected}, got {actual}. {again} Do not load it."
         )
         super().__init__(msg)
 
 
 class PublishConflictError(HubClientError, RuntimeError):
     """Another writer moved the branch between our read and our commit; nothing was written."""
+
+
+class RemoteFileCorruptError(HubClientError, OSError):
+    """The Hub reported that its stored copy of ``path`` no longer matches its record (a 5xx naming it).
+
+    Refetching cannot help; the Hub's operator has to restore the file. ``where`` is ``repo@revision``.
+    """
+
+    def __init__(self, path: str, where: str, server_message: str):
+        self.path, self.where = path, where
+        super().__init__(f"the Hub's stored copy of {path!r} in {where} is corrupt; nothing was loaded. "
+                         f"Server said: {server_message}")

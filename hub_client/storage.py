@@ -72,6 +72,12 @@ class PreconditionFailed(StorageError):
     status = 412
 
 
+class CorruptEntry(StorageError):
+    """A stored file no longer matches its record: the server's fault, never served as if whole."""
+
+    status, code = 500, "CorruptEntry"
+
+
 @dataclass(frozen=True)
 class FileEntry:
     sha256: str
@@ -138,6 +144,7 @@ class Storage:
         for sub in ("blobs/sha256", "repos", "tmp", "locks"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self._thread_lock = threading.Lock()
+        self._verified: dict[str, tuple] = {}  # sha256 -> stat stamp of the blob when it last hashed right
 
     def clean_tmp(self) -> None:
         """Remove partial writes left by a killed process (call only when no writer runs)."""
@@ -181,6 +188,31 @@ class Storage:
 
     def open_blob(self, sha256: str) -> BinaryIO:
         return open(self.blob_path(sha256), "rb")
+
+    def blob_damage(self, entry: "FileEntry") -> str | None:
+        """Why the stored blob of ``entry`` no longer matches its record (missing, size, sha256), or None.
+
+        A full hash runs once per version of the file on disk: the result is kept against the blob's
+        inode, size, mtime and ctime, and any write to the blob changes the ctime.
+        """
+        path = self.blob_path(entry.sha256)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return "its stored content is missing"
+        if st.st_size != entry.size:
+            return f"its stored content has {st.st_size} bytes, the record says {entry.size}"
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if self._verified.get(entry.sha256) == stamp:
+            return None
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        if h.hexdigest() != entry.sha256:
+            return f"its stored content hashes to sha256 {h.hexdigest()}, the record says {entry.sha256}"
+        self._verified[entry.sha256] = stamp
+        return None
 
     # ---- repos -------------------------------------------------------------------------------
     def repo_dir(self, repo_type: str, repo_id: str) -> Path:

@@ -78,8 +78,11 @@ class HubApp:
         token = self.config.token
         if token is None:
             return None
-        got = request.headers.get("authorization", "")
-        if got.lower().startswith("bearer ") and hmac.compare_digest(got[7:].strip(), token):
+        # compared as bytes: a str compare_digest refuses non-ASCII (a TypeError, once answered as a 400),
+        # and any header that is not exactly our token is the same 401
+        got = request.headers.get("authorization", "").encode("latin-1", "replace")
+        scheme, _, value = got.partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(value.strip(), token.encode("utf-8")):
             return None
         return error_response(401, "Invalid credentials in Authorization header")
 

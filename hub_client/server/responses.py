@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import string
 from typing import Iterator
+from urllib.parse import quote
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -16,8 +18,21 @@ def json_response(data, status: int = 200, headers: dict | None = None) -> Respo
     return JSONResponse(data, status_code=status, headers=headers)
 
 
+# printable ASCII stays as it is (so the client's de-duplication of header and body still works);
+# '%' and everything else is percent-encoded (UTF-8), which keeps the header decodable with unquote
+_HEADER_SAFE = "".join(c for c in string.printable if c not in "%\t\n\r\x0b\x0c")
+
+
+def header_message(message: str, limit: int = 500) -> str:
+    """``message`` as an HTTP header value: one line, at most ``limit`` characters before encoding,
+    percent-encoded (UTF-8) outside printable ASCII. Headers travel as Latin-1 at best, so a repo
+    id or file name in any other script would otherwise turn the error itself into a 500."""
+    return quote(" ".join(message.splitlines())[:limit], safe=_HEADER_SAFE)
+
+
 def error_response(status: int, message: str, code: str | None = None, commit: str | None = None) -> Response:
-    headers = {"X-Error-Message": message.replace("\n", " ")[:500]}
+    """JSON ``{"error": message}`` (the full text) with ``X-Error-Message`` (:func:`header_message`)."""
+    headers = {"X-Error-Message": header_message(message)}
     if code:
         headers["X-Error-Code"] = code
     if commit:

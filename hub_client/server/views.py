@@ -11,6 +11,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import logging
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlencode
 
@@ -19,9 +20,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from .. import paths as P
-from ..storage import BadRequest, Commit, EntryNotFound, FileEntry, Storage
+from ..storage import BadRequest, Commit, CorruptEntry, EntryNotFound, FileEntry, Storage
 from .responses import error_response, file_response, json_response
 
+log = logging.getLogger("hub_client.server")
 PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/", "kernel": "kernels/"}
 LFS_POINTER_SIZE = 134
 
@@ -320,6 +322,12 @@ def resolve_file(cfg: HubConfig, request: Request, repo_type: str, repo_id: str,
     if e.lfs:
         headers.update({"X-Linked-Etag": f'"{e.sha256}"', "X-Linked-Size": str(e.size)})
     head = request.method == "HEAD"
+    if not head:  # HEAD answers from the record: a 5xx there makes the client retry for seconds
+        damage = cfg.storage.blob_damage(e)
+        if damage is not None:
+            msg = f"stored file {path!r} of {repo_type} {repo_id} at {c.id[:12]} is corrupt on the server: {damage}"
+            log.error(msg)
+            raise CorruptEntry(msg, commit=c.id)
     cut = None
     if not head and not request.headers.get("range") and cfg.faults.truncate.get(path, 0) > 0:
         cfg.faults.truncate[path] -= 1

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from huggingface_hub import HfApi
 
-from hub_client import DigestMismatchError, PublishConflictError
+from hub_client import DigestMismatchError, PublishConflictError, RemoteFileCorruptError
 from hub_client.client import download_snapshot, push_folder, set_branch, verify_snapshot
+from hub_client.snapshot import fetch_snapshot
 
 REPO = "neuron/pushed"
 
@@ -93,9 +94,25 @@ def test_blob_tampered_on_the_server_is_detected(hub, pushed, tmp_path):
 
     blob = hub.storage.blob_path(hashlib.sha256(b"alpha").hexdigest())
     blob.write_bytes(b"omega")  # same size, different bytes: only a digest check can tell
-    with pytest.raises(DigestMismatchError) as e:
+    with pytest.raises(RemoteFileCorruptError) as e:
         download_snapshot(REPO, revision="main", endpoint=hub.url, cache_dir=tmp_path / "cache", token=False)
-    assert e.value.path == "a.txt" and isinstance(e.value, ValueError)
+    assert e.value.path == "a.txt" and "a.txt" in str(e.value).splitlines()[0]
+
+
+def test_cache_pointer_replaced_by_a_file_is_refetched_online_refused_offline(hub, pushed, tmp_path):
+    """``sed -i`` replaces the cache's link to a blob by a plain file: no blob name vouches for it."""
+    snap = download_snapshot(REPO, revision="main", endpoint=hub.url, cache_dir=tmp_path / "cache", token=False)
+    (snap / "a.txt").unlink()
+    (snap / "a.txt").write_bytes(b"evil")
+    (snap / "planted.py").write_bytes(b"import os\n")
+    assert sorted(bad[0] for bad in verify_snapshot(snap)) == ["a.txt", "planted.py"]
+    with pytest.raises(DigestMismatchError, match="a.txt"):
+        download_snapshot(REPO, revision=snap.name, endpoint=hub.url, cache_dir=tmp_path / "cache", token=False,
+                          local_files_only=True)
+    fetched = fetch_snapshot(REPO, revision="main", endpoint=hub.url, cache_dir=tmp_path / "cache", token=False)
+    assert fetched.files["a.txt"] == b"alpha" and "planted.py" not in fetched.files
+    assert (snap / "a.txt").read_bytes() == b"alpha" and not (snap / "planted.py").exists()
+    assert verify_snapshot(snap) == []
 
 
 def test_truncated_download_is_resumed_with_range(hub, pushed, tmp_path):
