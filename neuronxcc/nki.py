@@ -19,3 +19,4 @@ __path__ = []  # a package for the import system: submodules are the aliases bel
 for _sub in ("language", "isa", "typing", "compiler"):
     sys.modules[f"{__name__}.{_sub}"] = getattr(_compat, _sub)
 __doc__ = _compat.__doc__
+__getattr__ = _compat.__getattr__  # AWS NKI names not simulated: a clear error naming neuronxcc.nki

@@ -14,3 +14,8 @@ from nki.estimate import estimating
 
 __version__ = "0.1.0"
 __all__ = ["JitKernel", "benchmark", "compile", "estimating", "profile", "KernelRuleError", "NkiError", "SimulationError", "isa", "jit", "language", "simulate"]
+
+
+from nki import unsupported as _unsupported  # noqa: E402
+
+__getattr__ = _unsupported.module_getattr("nki")  # AWS NKI names not simulated: a clear error

@@ -70,6 +70,7 @@ def record(kernel, args, kwargs, want_torch: bool):
     """Cost one launch of ``kernel`` on the active estimate's targets; return zero outputs shaped like the
     kernel's (torch tensors when ``want_torch``)."""
     from nki.arrays import is_array, to_numpy, to_torch
+    from nki.outputs import returned_specs
     from nki.profile import profile
 
     est = _ACTIVE.get()
@@ -77,7 +78,7 @@ def record(kernel, args, kwargs, want_torch: bool):
     program = kernel.trace(*args, target=est.targets[0], **kwargs)
     shapes = tuple(tuple(to_numpy(a).shape) for a in args if is_array(a))
     est.launches.append(Launch(kernel.__name__, shapes, reports))
-    outs = [np.zeros(program.tensors[n].shape, program.tensors[n].np_dtype) for n in program.outputs]
+    outs = [np.zeros(shape, dtype) for shape, dtype in returned_specs(program)]
     if want_torch:
         outs = [to_torch(o) for o in outs]
     kind = program.meta.get("returns")

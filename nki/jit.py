@@ -7,10 +7,11 @@ import functools
 import inspect
 import itertools
 import linecache
+import operator
 import threading
 
-from nki import tracing
-from nki.arrays import is_array, is_torch, to_numpy, to_torch
+from nki import outputs, tracing
+from nki.arrays import is_array, is_torch, to_numpy
 from nki.tensor import NkiTensor
 from simulator.allocate import allocate
 from simulator.dtypes import dtype_name
@@ -68,6 +69,27 @@ def _signature_key(bound: inspect.BoundArguments):
     return tuple(parts)
 
 
+def launch_grid(grid, fn) -> tuple[int, ...]:
+    """``kernel[gx, gy]``'s grid as a tuple of positive ints; a grid with no programs is an error at the
+    launch line (AWS NKI launches ``prod(grid)`` programs: zero would silently run nothing)."""
+    dims = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+    out = []
+    for g in dims:
+        try:
+            n = operator.index(g)
+        except TypeError:
+            raise KernelRuleError("launch-grid", f"launch grid dims are integers; got {g!r} in "
+                                  f"{fn.__name__}[{', '.join(map(repr, dims))}]", loc=tracing.caller_loc()) from None
+        if n < 1:
+            raise KernelRuleError("launch-grid", f"{fn.__name__}[{', '.join(map(str, dims))}] launches no "
+                                  "program: every launch grid dim must be at least 1", loc=tracing.caller_loc())
+        out.append(n)
+    if not out:
+        raise KernelRuleError("launch-grid", f"{fn.__name__}[()] has an empty launch grid",
+                              loc=tracing.caller_loc())
+    return tuple(out)
+
+
 class JitKernel:
     """A kernel decorated with ``@nki.jit``. Calling it runs it on the simulator (tracing once per
     signature); ``kernel[gx, gy](...)`` launches an SPMD grid."""
@@ -82,8 +104,7 @@ class JitKernel:
         functools.update_wrapper(self, fn)
 
     def __getitem__(self, grid) -> "JitKernel":
-        grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
-        return JitKernel(self.fn, tuple(int(g) for g in grid), self._cache, **self.options)
+        return type(self)(self.fn, launch_grid(grid, self.fn), self._cache, **self.options)
 
     def __repr__(self) -> str:
         return f"<nki.jit kernel {self.fn.__qualname__}{'[' + ', '.join(map(str, self.grid)) + ']' if self.grid else ''}>"
@@ -159,20 +180,7 @@ class JitKernel:
         return b.program
 
     def _set_outputs(self, program: Program, ret) -> None:
-        if ret is None:
-            program.meta["returns"] = "none"
-            return
-        single = isinstance(ret, NkiTensor)
-        outs = [ret] if single else list(ret)
-        for t in outs:
-            if not isinstance(t, NkiTensor) or t.spec.on_chip or t.spec.kind == "input":
-                raise KernelRuleError("kernel-return", "a kernel returns tensors it allocated in HBM "
-                                      "(nl.ndarray(shape, dtype, buffer=nl.shared_hbm))",
-                                      loc=getattr(getattr(t, "spec", None), "loc", None) or self._def_loc())
-            if t.name not in program.outputs:
-                program.outputs.append(t.name)
-                t.spec.kind = "output"
-        program.meta["returns"] = "single" if single else "tuple"
+        outputs.set_outputs(program, ret, self.fn)
 
     # -- running ----------------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -189,16 +197,11 @@ class JitKernel:
         try:
             compiled = self.specialize(*args, target=target, **kwargs)
             bound = self._bind(args, kwargs)
-            arrays = [v for _, v in _flat(bound) if is_array(v)]
-            outs = compiled.executor.run([to_numpy(a) for a in arrays])
+            callers = {name: v for name, v in _flat(bound) if is_array(v)}
+            outs = compiled.executor.run([to_numpy(a) for a in callers.values()])
         except NkiError as exc:
             raise exc.with_traceback(None) from None
-        if any(is_torch(a) for a in arrays):
-            outs = [to_torch(o) for o in outs]
-        kind = compiled.program.meta.get("returns")
-        if kind == "none":
-            return None
-        return outs[0] if kind == "single" else tuple(outs)
+        return outputs.deliver(compiled.program, outs, callers, any(is_torch(a) for a in callers.values()))
 
 
 def jit(fn=None, **kwargs):

@@ -23,6 +23,9 @@ class NkiTensor:
     # Hook for the neuronxcc dialect's affine index objects (``nl.arange``): a callable
     # ``(tensor, key) -> NkiTensor | NotImplemented`` tried before plain indexing.
     index_hooks: list = []
+    # Hook for the neuronxcc dialect's statement-wide masks: ``(nl function, args) -> tile`` runs the
+    # arithmetic operators (``a + b``) so that a later ``mask=`` can cover them (nki.compat.deferred).
+    call_hook = None
 
     def __init__(self, spec: TensorSpec, offset: int = 0, dims=None):
         self.spec = spec
@@ -225,8 +228,9 @@ class NkiTensor:
         this view's start plus ``offset``. With ``dtype`` the storage is reinterpreted first and the
         pattern and offset count elements of ``dtype``. Indirect (dynamic) offsets are not supported."""
         if scalar_offset is not None or vector_offset is not None or indirect_dim is not None:
-            raise NotImplementedError("ap(): indirect (scalar_offset/vector_offset) access patterns are not "
-                                      "supported by the nkihub simulator")
+            from nki.unsupported import not_simulated
+            raise not_simulated("ap(scalar_offset=/vector_offset=/indirect_dim=)",
+                                "indirect (runtime) offsets; kernels here are traced for static addresses")
         base = self
         if dtype is not None and dtype_name(_dtype_arg(dtype)) != self.spec.dtype:
             base = self._reinterpret(dtype_name(_dtype_arg(dtype)), "ap(dtype=...)")
@@ -299,7 +303,8 @@ class NkiTensor:
     def _bin(self, other, name, reverse=False):
         import nki.language as nl
         fn = getattr(nl, name)
-        return fn(other, self) if reverse else fn(self, other)
+        args = (other, self) if reverse else (self, other)
+        return NkiTensor.call_hook(fn, args) if NkiTensor.call_hook is not None else fn(*args)
 
     def __add__(self, o): return self._bin(o, "add")
     def __radd__(self, o): return self._bin(o, "add", True)
@@ -360,7 +365,9 @@ def _inplace(t: NkiTensor, fn, other) -> None:
 
 def _accumulate_matmul(t: NkiTensor, other) -> bool:
     """``psum_tile += nisa.nc_matmul(a, b)`` (the neuronxcc idiom): retarget the matmul that just produced
-    ``other`` to accumulate into ``t`` instead, as the compiler does; True when done."""
+    ``other`` to accumulate into ``t`` instead, as the compiler does; True when done. Into a PSUM region
+    nothing wrote yet the matmul starts the accumulation group (overwrites), as the compiler's first
+    matmul of a group does, so an uninitialised ``nl.ndarray(..., buffer=nl.psum)`` accumulates from zero."""
     from simulator.isa import ACCUMULATE, MATMUL, opdef
     from simulator.validate import check_instruction
     b = tracing.current()
@@ -372,7 +379,7 @@ def _accumulate_matmul(t: NkiTensor, other) -> bool:
             or other.shape != t.shape:
         return False
     last.dst = {"dst": t.to_ap()}
-    last.attrs["accumulate"] = True
+    last.attrs["accumulate"] = b.psum_written(t.to_ap())
     check_instruction(last, b.program, b.target)
     b._track_psum(last)
     return True

@@ -78,6 +78,7 @@ class Builder:
         self.loop_stack: list[tuple[int, int]] = []
         self._names: dict[str, int] = {}
         self._psum_by_matmul: dict[str, np.ndarray] = {}
+        self._psum_written: dict[str, np.ndarray] = {}
         self.program_ids: tuple[int, ...] = ()
         self.grid: tuple[int, ...] = ()
         self.shared_outputs: list = []     # SPMD: shared_hbm tensors in creation order, reused per program
@@ -127,16 +128,25 @@ class Builder:
 
     # PSUM accumulation auto-detection (nc_matmul accumulate=None): the first matmul write to a PSUM
     # location overwrites; later matmul writes accumulate; any other write ends the group.
-    def _flags(self, name: str) -> np.ndarray:
-        if name not in self._psum_by_matmul:
-            self._psum_by_matmul[name] = np.zeros(self.program.tensors[name].size, dtype=bool)
-        return self._psum_by_matmul[name]
+    def _flags(self, name: str, table: dict | None = None) -> np.ndarray:
+        table = self._psum_by_matmul if table is None else table
+        if name not in table:
+            table[name] = np.zeros(self.program.tensors[name].size, dtype=bool)
+        return table[name]
 
-    def psum_accumulating(self, ap: AccessPattern) -> bool:
+    def _any(self, ap: AccessPattern, table: dict) -> bool:
         from numpy.lib.stride_tricks import as_strided
-        flags = self._flags(ap.tensor)
+        flags = self._flags(ap.tensor, table)
         view = as_strided(flags[ap.offset:], ap.shape, tuple(s for s, _ in ap.dims), writeable=False)
         return bool(view.any())
+
+    def psum_accumulating(self, ap: AccessPattern) -> bool:
+        """True when a matmul wrote part of ``ap`` and nothing else wrote it since (an open group)."""
+        return self._any(ap, self._psum_by_matmul)
+
+    def psum_written(self, ap: AccessPattern) -> bool:
+        """True when any instruction so far wrote part of PSUM view ``ap``."""
+        return self._any(ap, self._psum_written)
 
     def _track_psum(self, ins: Instruction) -> None:
         from numpy.lib.stride_tricks import as_strided
@@ -146,3 +156,5 @@ class Builder:
             flags = self._flags(ap.tensor)
             view = as_strided(flags[ap.offset:], ap.shape, tuple(s for s, _ in ap.dims))
             view[...] = ins.opcode in ("nc_matmul", "nc_matmul_mx")
+            written = self._flags(ap.tensor, self._psum_written)
+            as_strided(written[ap.offset:], ap.shape, tuple(s for s, _ in ap.dims))[...] = True

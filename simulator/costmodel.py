@@ -123,9 +123,10 @@ class _Tracker:
         self.buckets: dict = {}
         self.regions: dict = {}   # cache: tensor -> (space, row_len, item, base) or None (read-only)
         aliased = {s.alias_of and program.root(s.name).name for s in program.tensors.values()} - {None}
+        written = {program.root(ap.tensor).name for ins in program.instructions for ap in ins.dst.values()}
         for name, spec in program.tensors.items():
             root = program.root(name)
-            if root.kind in ("input", "constant"):
+            if root.kind in ("input", "constant") and root.name not in written:
                 self.regions[name] = None  # never written: reads need no tracking
             elif spec.on_chip:
                 space = spec.buffer if spec.address is not None else root.name

@@ -71,3 +71,8 @@ class KernelRuleError(NkiError, ValueError):
 
 class SimulationError(NkiError, RuntimeError):
     """The simulator found a problem while running a Program (e.g. a non-finite value where none may be)."""
+
+
+class NotSimulatedError(NkiError, NotImplementedError):
+    """Something AWS NKI has (a name, a form, an option) that this simulator does not model; names it and
+    the kernel line that asked for it."""

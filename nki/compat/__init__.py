@@ -20,3 +20,8 @@ def trace(func=None, **kwargs):
 
 __all__ = ["baremetal", "benchmark", "compiler", "isa", "jit", "language", "profile", "simulate_kernel",
            "tensor", "trace", "typing"]
+
+
+from nki import unsupported as _unsupported  # noqa: E402
+
+__getattr__ = _unsupported.module_getattr("neuronxcc.nki")  # AWS NKI names not simulated: a clear error

@@ -14,6 +14,7 @@ import operator
 import numpy as np
 
 from nki.tensor import NkiTensor, _oob
+from nki.unsupported import not_simulated
 
 _CMP = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge, "eq": operator.eq,
         "ne": operator.ne}
@@ -140,8 +141,8 @@ class Predicate:
         out: dict[int, tuple[int, int, int]] = {}
         for expr, op in self.terms:
             if len(expr.coefs) > 1:
-                raise NotImplementedError(f"mask term {expr!r} {op} 0 involves several index axes; nkihub "
-                                          "supports masks that bound one axis per term")
+                raise not_simulated(f"a mask term over several index axes ({expr!r} {op} 0)",
+                                    "each mask term bounds one index axis; write one term per axis")
             if not expr.coefs:
                 continue
             (axis, coef), = expr.coefs.items()
@@ -149,7 +150,8 @@ class Predicate:
             valid = [i for i in range(size) if _CMP[op](coef * i + expr.const, 0)]
             lo, hi = (valid[0], valid[-1] + 1) if valid else (0, 0)
             if valid and len(valid) != hi - lo:
-                raise NotImplementedError(f"mask term {expr!r} {op} 0 selects a non-contiguous range")
+                raise not_simulated(f"a mask term selecting a non-contiguous range ({expr!r} {op} 0)",
+                                    "masks restrict each index axis to one contiguous range")
             key = axis + 16 - expr.ndim  # right-align: masks of different ndim refer to trailing axes
             old = out.get(key)
             out[key] = (max(lo, old[0]), min(hi, old[1]), size) if old else (lo, hi, size)

@@ -36,9 +36,15 @@ def no_reorder():
 
 
 def _manual(*args, **kwargs):
-    raise NotImplementedError("manual SBUF/PSUM allocation (ncc.sbuf/psum.alloc, mod_alloc) is not supported; "
-                              "nkihub allocates on-chip tensors itself")
+    from nki.unsupported import not_simulated
+    raise not_simulated("manual SBUF/PSUM allocation (neuronxcc.nki.compiler.sbuf/psum.alloc, mod_alloc)",
+                        "nkihub allocates on-chip tensors itself")
 
 
 sbuf = types.SimpleNamespace(alloc=_manual, mod_alloc=_manual, auto_alloc=lambda: None)
 psum = types.SimpleNamespace(alloc=_manual, mod_alloc=_manual, auto_alloc=lambda: None)
+
+
+from nki import unsupported as _unsupported  # noqa: E402
+
+__getattr__ = _unsupported.module_getattr("neuronxcc.nki.compiler")  # AWS NKI names not simulated: a clear error

@@ -52,7 +52,7 @@ GAPS = {
     "neuronxcc.nki.language.atomic_rmw": "atomic HBM read-modify-write DMAs are not modelled",
     "neuronxcc.nki.language.loop_reduce": "deprecated loop reduction; write the reduction with +=",
     "neuronxcc.nki.language.gemm_grid": "undocumented stub", "neuronxcc.nki.language.gemm_stationary_grid":
-        "undocumented stub", "neuronxcc.nki.language.static_cast": "undocumented stub",
+        "undocumented stub",
     "neuronxcc.nki.isa.builtin_custom_op": "custom GpSimd microcode libraries cannot run on the simulator",
     "neuronxcc.nki.FrameworkKernel": "framework (JAX/torch-xla) integration class of neuronx-cc",
     "neuronxcc.nki.compiler.sbuf.alloc": "manual allocation: nkihub allocates on-chip tensors itself",

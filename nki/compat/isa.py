@@ -8,6 +8,8 @@ import numpy as np
 
 import nki.isa as _nisa
 import nki.language as _nl
+from nki.compat import deferred
+from nki.unsupported import not_simulated
 from nki.compat.affine import AffineExpr, PendingView, Predicate, restrict
 from nki.isa import (dge_mode, dma_engine, engine, get_nc_version, gpsimd_engine, nc_version,  # noqa: F401
                      oob_mode, reduce_cmd, scalar_engine, tensor_engine, unknown_engine, vector_engine)
@@ -36,8 +38,16 @@ def _new(shape, dtype, *inputs, buffer=None, name="tile"):
 
 
 def _emit(fn, out, mask, *args, **kwargs):
-    """Call the dst-first ``fn`` on mask-restricted views of ``out`` and every tile operand."""
+    """Call the dst-first ``fn`` on mask-restricted views of ``out`` and every tile operand (a mask also
+    covers the unmasked calls that computed the operands, see ``deferred``)."""
     ranges = _ranges(mask)
+    if mask is None:
+        since = deferred.mark(out)
+        fn(_r(out, ranges), *[_r(a, ranges) for a in args], **{k: _r(v, ranges) for k, v in kwargs.items()})
+        deferred.remember(out, since, lambda m: _emit(fn, out, m, *args, **kwargs))
+        return out
+    args = [deferred.under(a, mask) for a in args]
+    kwargs = {k: deferred.under(v, mask) for k, v in kwargs.items()}
     fn(_r(out, ranges), *[_r(a, ranges) for a in args], **{k: _r(v, ranges) for k, v in kwargs.items()})
     return out
 
@@ -87,6 +97,7 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
         tuple(s for i, s in enumerate(data.shape) if i not in axes)
     out = _new(shape, dtype, data, name="reduce")
     ranges = _ranges(mask)
+    data = deferred.under(data, mask)
     _nisa.tensor_reduce(out, op, _r(data, ranges), axis=list(axes), negate=negate, keepdims=keepdims)
     return out
 
@@ -219,7 +230,7 @@ def bn_aggr(data, *, mask=None, dtype=None, **kwargs):
 def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown):
     """dst = src through a DMA queue (``dst_rmw_op`` is not supported)."""
     if dst_rmw_op is not None:
-        raise NotImplementedError("dma_copy(dst_rmw_op=...) read-modify-write DMAs are not supported")
+        raise not_simulated("neuronxcc.nki.isa.dma_copy(dst_rmw_op=...)", "read-modify-write DMAs")
     ranges = _ranges(mask)
     _nisa.dma_copy(dst=_r(dst, ranges), src=_r(src, ranges), dge_mode=dge_mode)
 
@@ -256,3 +267,8 @@ def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, *
 def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs):
     """Cross-partition shuffle within 32-partition quadrants, into ``dst`` in place."""
     _emit(_nisa.nc_stream_shuffle, dst, mask, src, shuffle_mask)
+
+
+from nki import unsupported as _unsupported  # noqa: E402
+
+__getattr__ = _unsupported.module_getattr("neuronxcc.nki.isa")  # AWS NKI names not simulated: a clear error

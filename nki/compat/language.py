@@ -12,6 +12,7 @@ import numpy as np
 
 import nki.language as _nl
 from nki import isa as _nisa
+from nki.compat import deferred
 from nki.compat.affine import PendingView, Predicate, arange, mgrid, resolve, restrict  # noqa: F401
 from nki.language import *  # noqa: F401,F403  (the names both dialects share)
 from nki.language import (bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32, hbm, int8, int16,  # noqa: F401
@@ -109,11 +110,17 @@ def empty_like(a, dtype=None, *, buffer=None, name=None, **kwargs):
 # -- masked calls -------------------------------------------------------------------------------------------
 def _call(fn, args, kwargs, mask):
     """Run a tile-returning ``nl`` function under ``mask``: operands are restricted to the mask's ranges;
-    the result is a full-size tile whose masked region holds the values (one extra copy)."""
+    the result is a full-size tile whose masked region holds the values (one extra copy). Unmasked, the
+    call is remembered so that a masked consumer can re-run it under its mask (see ``deferred``)."""
     if mask is None:
-        return fn(*[resolve(a) for a in args], **{k: resolve(v) for k, v in kwargs.items()})
+        since = deferred.mark()
+        out = fn(*[resolve(a) for a in args], **{k: resolve(v) for k, v in kwargs.items()})
+        deferred.remember(out, since, lambda m: _call(fn, args, kwargs, m))
+        return out
     if not isinstance(mask, Predicate):
         raise TypeError(f"mask= takes a predicate of index expressions (e.g. i_p < n), got {mask!r}")
+    args = [deferred.under(a, mask) for a in args]
+    kwargs = {k: deferred.under(v, mask) for k, v in kwargs.items()}
     ranges = mask.ranges()
     first = next((a for a in args if isinstance(a, (NkiTensor, PendingView))), None)
     small = fn(*[restrict(a, ranges) for a in args], **{k: restrict(v, ranges) for k, v in kwargs.items()})
@@ -142,6 +149,8 @@ def _masked(fn):
     return wrapper
 
 
+NkiTensor.call_hook = staticmethod(lambda fn, args: _call(fn, args, {}, None))  # a + b under a later mask=
+
 _g = globals()
 for _name in list(_nl._UNARY) + list(_nl._BINARY) + ["reciprocal", "logical_not", "invert", "where", "max",
                                                       "min", "mean", "sum", "prod", "var", "all", "softmax",
@@ -163,8 +172,9 @@ def load(src, *, mask=None, dtype=None, **kwargs):
 
 
 def store(dst, value, *, mask=None, **kwargs):
-    """Store tile ``value`` into HBM view ``dst`` (only the masked region with ``mask``)."""
-    _nl.store(resolve(dst, mask), resolve(value, mask))
+    """Store tile ``value`` into HBM view ``dst`` (only the masked region with ``mask``, which also covers
+    the expression that computed ``value``)."""
+    _nl.store(resolve(dst, mask), resolve(deferred.under(value, mask), mask))
 
 
 def load_transpose2d(src, *, mask=None, dtype=None, **kwargs):
@@ -230,3 +240,18 @@ def static_range(*args):
 def expand_dims(data, axis):
     """A view of ``data`` with a size-1 dim inserted at ``axis``."""
     return _nl.expand_dims(resolve(data), axis)
+
+
+def static_cast(input_data, dtype):
+    """``nl.static_cast(x, dtype)``: ``x`` converted to ``dtype`` with the NeuronCore's rounding (round to
+    nearest even). A host array (numpy, torch) is converted on the host; a tile becomes a new SBUF tile."""
+    if isinstance(input_data, (NkiTensor, PendingView)):
+        return _nl.copy(resolve(input_data), dtype=dtype)
+    from nki.arrays import to_numpy
+    from nki.dtypes import dtype_of
+    return np.asarray(to_numpy(input_data)).astype(dtype_of(dtype))
+
+
+from nki import unsupported as _unsupported  # noqa: E402
+
+__getattr__ = _unsupported.module_getattr("neuronxcc.nki.language")  # AWS NKI names not simulated: a clear error

@@ -15,3 +15,8 @@ class tensor(_Annotation):
 
 class mutable_tensor(_Annotation):
     """A tensor annotation for arguments the kernel writes."""
+
+
+from nki import unsupported as _unsupported  # noqa: E402
+
+__getattr__ = _unsupported.module_getattr("neuronxcc.nki.typing")  # AWS NKI names not simulated: a clear error

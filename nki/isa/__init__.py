@@ -203,10 +203,19 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
 
 
 def tensor_copy(dst, src, engine=engine.unknown, name=None, dtype=None):
-    """dst = src within SBUF/PSUM (Vector, Scalar or GpSimd engine); casts through fp32 if dtypes differ
-    (``dtype``, accepted as older releases took it, is dst's dtype)."""
+    """dst = src within SBUF/PSUM (Vector, Scalar or GpSimd engine); casts through fp32 if dtypes differ.
+
+    ``dtype`` (as the matrix-multiplication tutorial passes it): the engine's output dtype; when it differs
+    from ``dst.dtype`` the values are rounded to ``dtype`` and then written in ``dst``'s dtype."""
     _tile(dst, "dst"), _tile(src, "src")
-    emit("tensor_copy", _engine(engine, "vector"), {"dst": dst}, {"src": src})
+    attrs = {}
+    if dtype is not None:
+        from nki.dtypes import dtype_of
+        from simulator.dtypes import dtype_name
+        out = dtype_name(dtype_of(dtype))
+        if out != dst.spec.dtype:
+            attrs["dtype"] = out
+    emit("tensor_copy", _engine(engine, "vector"), {"dst": dst}, {"src": src}, attrs)
     return dst
 
 
@@ -289,3 +298,8 @@ from nki.isa.extra import (dma_transpose, dropout, max8, nc_find_index8, nc_matc
                            tensor_tensor_scan)
 from nki.isa.extra import (activate2, dma_compute, exponential, local_gather, sequence_bounds)  # noqa: E402,F401
 from nki.isa.mx import nc_matmul_mx, quantize_mx  # noqa: E402,F401
+
+
+from nki import unsupported as _unsupported  # noqa: E402
+
+__getattr__ = _unsupported.module_getattr("nki.isa")  # AWS NKI names not simulated: a clear error

@@ -28,3 +28,8 @@ float8_e4m3, float8_e5m2 = _dtype_of("float8_e4m3"), _dtype_of("float8_e5m2")
 float8_e4m3fn, float8_e8m0fnu = _dtype_of("float8_e4m3fn"), _dtype_of("float8_e8m0fnu")
 # MX (microscaling) 4-packed dtypes of NeuronCore-v4 are names, as in AWS NKI (numpy has no such types).
 float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4 = "float8_e5m2_x4", "float8_e4m3fn_x4", "float4_e2m1fn_x4"
+
+
+from nki import unsupported as _unsupported  # noqa: E402
+
+__getattr__ = _unsupported.module_getattr("nki.language")  # AWS NKI names not simulated: a clear error

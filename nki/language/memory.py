@@ -160,8 +160,20 @@ def load(src, dtype=None) -> NkiTensor:
 
 
 def store(dst, value) -> None:
-    """Store an on-chip tile ``value`` into the HBM view ``dst`` (shapes with equal element counts)."""
-    _assign(dst, value)
+    """Store an on-chip tile ``value`` into the HBM view ``dst`` (shapes with equal element counts). A PSUM
+    tile is first copied to SBUF (DMA engines do not read PSUM), as the compiler does."""
+    _assign(dst, in_sbuf(value) if not dst.spec.on_chip else value)
+
+
+def in_sbuf(x):
+    """``x`` itself unless it is a PSUM tile; then a copy of it in a new SBUF tile (same dtype): what the
+    ``nl`` convenience functions do for operands that must come from SBUF (AWS: "If the tile is in PSUM,
+    an extra copy will be performed")."""
+    if not isinstance(x, NkiTensor) or x.spec.buffer != "psum":
+        return x
+    t = ndarray(x.shape, x.dtype, buffer=sbuf, name=f"{x.name}_sbuf")
+    nisa.tensor_copy(t, x)
+    return t
 
 
 @nki_op("copy")  # nisa.activation(op=nl.copy, ...) is the identity activation, as in AWS NKI

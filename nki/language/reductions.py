@@ -8,7 +8,7 @@ import numpy as np
 from nki import isa as nisa
 from nki import tracing
 from nki.language.elementwise import result_dtype
-from nki.language.memory import ndarray, psum, sbuf
+from nki.language.memory import in_sbuf, ndarray, psum, sbuf
 from nki.ops import nki_op
 from nki.tensor import NkiTensor
 from simulator.errors import KernelRuleError
@@ -74,8 +74,9 @@ def matmul(x, y, transpose_x=False) -> NkiTensor:
     """x @ y on the Tensor Engine into a new fp32 PSUM tile [M, N].
 
     ``x`` is [M, K] (or [K, M] with ``transpose_x=True``, which saves the transpose), ``y`` is [K, N];
-    K, M <= 128, N <= 512; both in SBUF.
+    K, M <= 128, N <= 512. A PSUM operand is first copied to SBUF (the Tensor Engine reads only SBUF).
     """
+    x, y = in_sbuf(x), in_sbuf(y)
     stationary = x
     if not transpose_x:
         t_psum = ndarray((x.shape[1], x.shape[0]), np.float32, buffer=psum, name="xT_psum")
@@ -93,6 +94,8 @@ def transpose(x, dtype=None) -> NkiTensor:
     if x.ndim != 2:
         x = x.reshape((x.shape[0], x.size // x.shape[0]))
     small = builtins.max(x.shape) <= 32
+    if not small:
+        x = in_sbuf(x)   # the Tensor Engine reads only SBUF
     out = ndarray((x.shape[1], x.shape[0]), dtype or (x.dtype if small else np.float32),
                   buffer=sbuf if small else psum, name="transpose")
     nisa.nc_transpose(out, x, engine=nisa.engine.vector if small else nisa.engine.tensor)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator import cost_rules as cr
+from simulator.dtypes import as_dtype
 from simulator.isa import alu
 from simulator.isa.base import ELEMENTWISE, GENERATE, f32, fit, reduce_res_read, register, store
 from simulator.rules import COMPUTE_RULES, fail, partitions, same_free_size, same_partitions
@@ -142,9 +143,12 @@ register("activation", engines={"scalar"}, execute=_activation, cost=_act_cost,
 
 # -- copies, memset, reciprocal -----------------------------------------------------------------------
 def _tensor_copy(ins, src, dst, ctx):
-    """dst = src: bit-exact for equal dtypes, through fp32 otherwise (Vector, Scalar or GpSimd)."""
+    """dst = src: bit-exact for equal dtypes, through fp32 otherwise (Vector, Scalar or GpSimd); with an
+    output ``dtype`` attribute other than dst's, the values are rounded to it on the way."""
     out, s = dst["dst"], src["src"]
-    if s.dtype == out.dtype:
+    if ins.attrs.get("dtype") is not None:
+        store(out, fit(f32(s).astype(as_dtype(ins.attrs["dtype"])), out.shape))
+    elif s.dtype == out.dtype:
         out[...] = fit(s, out.shape)
     else:
         store(out, fit(f32(s), out.shape))

@@ -256,19 +256,6 @@ def test_out_of_bounds(kernel, message):
 
 
 @nki.jit
-def k_write_input(x):
-    out = out_of(x)
-    t = nl.load(x)
-    nl.store(out, t)
-    nl.store(x, t)  # ERR
-    return out
-
-
-def test_write_to_an_input():
-    check(k_write_input, (a(4, 4),), "write-to-input", message="writes kernel input 'x'")
-
-
-@nki.jit
 def k_output_unwritten(x):
     out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)  # ERR
     nl.store(out[0:2], nl.load(x[0:2]))
