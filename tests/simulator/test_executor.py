@@ -207,6 +207,9 @@ def test_strided_views_of_every_ml_dtype(dtype):
 def test_blas_is_pinned_while_running_and_restored_after(monkeypatch):
     threadpoolctl = pytest.importorskip("threadpoolctl")
     from simulator import executor
+    # The controller is built on first use; libraries loaded since (scipy brings its own OpenBLAS when an
+    # earlier test imported it) are only seen by a fresh one.
+    monkeypatch.setattr(executor, "_blas", None)
 
     def blas_threads():
         return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]

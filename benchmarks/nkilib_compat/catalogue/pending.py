@@ -1,0 +1,100 @@
+"""Rows whose launch the harness cannot express yet: they import the kernel and its reference (so the
+table shows how far the library gets against nkihub's ``nki``) and then stop with the reason."""
+from __future__ import annotations
+
+from nkilib_compat.rows import row
+
+
+class NotLaunchable(RuntimeError):
+    """The harness has no launch for this row yet (the message says what is missing)."""
+
+
+def _imports_then(lib, specs, reason):
+    for spec in specs:
+        lib.get(spec)
+    raise NotLaunchable(reason)
+
+
+MULTI_RANK = ("multi-rank launch (the test runs collective_ranks=N copies of the kernel that talk through "
+              "nki.collectives); the harness has no multi-rank launcher yet")
+
+
+@row("fine_grained_allgather", kernel="experimental.collectives.fg_allgather:fine_grained_allgather",
+     reference="the test's own (the gathered lhs)", source="test_fg_allgather.py (1024, 4096, bf16, tp 4, lnc 2)",
+     needs="collectives")
+def fine_grained_allgather(lib):
+    _imports_then(lib, ["experimental.collectives.fg_allgather:fine_grained_allgather"], MULTI_RANK)
+
+
+@row("allgather_compute_matmul", kernel="experimental.collectives.fgcc:allgather_compute_matmul",
+     reference="the test's own (gathered lhs @ rhs shard)",
+     source="test_fgcc.py (1024, 4096, 4096, bf16, tp 4, lnc 2)", needs="collectives")
+def allgather_compute_matmul(lib):
+    _imports_then(lib, ["experimental.collectives.fgcc:allgather_compute_matmul"], MULTI_RANK)
+
+
+@row("allgather_sb2sb", kernel="experimental.collectives.sb2sb_allgather:allgather_sb2sb",
+     reference="the test's own (concatenation over ranks)", source="test_sb2sb_allgather.py (128, 512, bf16, tp 8)",
+     needs="collectives")
+def allgather_sb2sb(lib):
+    _imports_then(lib, ["experimental.collectives.sb2sb_allgather:allgather_sb2sb"], MULTI_RANK)
+
+
+@row("topk_reduce", kernel="experimental.collectives.topk_reduce:topk_reduce",
+     reference="experimental.collectives.topk_reduce_torch:topk_reduce_torch_ref",
+     source="test_topk_reduce.py (its import path experimental.subkernels.topk_reduce no longer exists)",
+     needs="collectives")
+def topk_reduce(lib):
+    _imports_then(lib, ["experimental.collectives.topk_reduce:topk_reduce",
+                        "experimental.collectives.topk_reduce_torch:topk_reduce_torch_ref"], MULTI_RANK)
+
+
+@row("transformer_tkg", kernel="experimental.transformer.transformer_tkg:transformer_tkg",
+     reference="experimental.transformer.transformer_tkg_torch:llama3_transformer_fwd_tkg_torch",
+     source="test_transformer_tkg.py (TP4 four-layer wrapper)", needs="collectives")
+def transformer_tkg(lib):
+    _imports_then(lib, ["experimental.transformer.transformer_tkg:transformer_tkg",
+                        "experimental.transformer.transformer_tkg_torch:llama3_transformer_fwd_tkg_torch"],
+                  MULTI_RANK)
+
+
+@row("attention_block_tkg", kernel="experimental.transformer.attention_block_tkg:attention_block_tkg",
+     reference="experimental.transformer.attention_block_tkg_torch", source="test_attention_block_tkg.py")
+def attention_block_tkg(lib):
+    _imports_then(lib, ["experimental.transformer.attention_block_tkg:attention_block_tkg"],
+                  "harness inputs for the fused attention block are not written yet")
+
+
+MX = "the MX path of trn3 (float4/float8 x4 dtypes, quantize_mx, nc_matmul_mx); harness inputs not written yet"
+
+
+@row("mlp_gate_up_projection_mx", kernel="core.mlp.mlp_tkg.gate_up_projection_mx_shard_H:"
+     "gate_up_projection_mx_tp_shard_H", reference="core.mlp.mlp_tkg.mlp_proj_mxfp4_torch",
+     source="test_mlp_proj_mxfp4.py", needs="mx")
+def mlp_gate_up_projection_mx(lib):
+    _imports_then(lib, ["core.mlp.mlp_tkg.gate_up_projection_mx_shard_H:gate_up_projection_mx_tp_shard_H"], MX)
+
+
+@row("mlp_down_projection_mx", kernel="core.mlp.mlp_tkg.down_projection_mx_shard_H:down_projection_mx_shard_H",
+     reference="core.mlp.mlp_tkg.mlp_proj_mxfp4_torch", source="test_mlp_proj_mxfp4.py", needs="mx")
+def mlp_down_projection_mx(lib):
+    _imports_then(lib, ["core.mlp.mlp_tkg.down_projection_mx_shard_H:down_projection_mx_shard_H"], MX)
+
+
+@row("moe_cte_mx", kernel="core.moe.moe_cte.bwmm_shard_on_block_mx:bwmm_shard_on_block_mx",
+     reference="the test's MX golden", source="test_moe_bwmm_mx_cte.py", needs="mx")
+def moe_cte_mx(lib):
+    _imports_then(lib, ["core.moe.moe_cte.bwmm_shard_on_block_mx:bwmm_shard_on_block_mx"], MX)
+
+
+@row("rmsnorm_mx_quantize_tkg", kernel="core.subkernels.rmsnorm_mx_quantize_tkg:rmsnorm_mx_quantize_tkg",
+     reference="the test's golden (RMSNorm then MX quantisation)", source="test_rmsnorm_mx_quantize_tkg.py",
+     needs="mx")
+def rmsnorm_mx_quantize_tkg(lib):
+    _imports_then(lib, ["core.subkernels.rmsnorm_mx_quantize_tkg:rmsnorm_mx_quantize_tkg"], MX)
+
+
+@row("mxfp_load", kernel="experimental.mxfp_subkernels.mxfp_load_utils:mxfp_load_performance_wrapper",
+     reference="the test's own", source="test_mxfp_load.py", needs="mx")
+def mxfp_load(lib):
+    _imports_then(lib, ["experimental.mxfp_subkernels.mxfp_load_utils:mxfp_load_performance_wrapper"], MX)
