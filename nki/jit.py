@@ -174,6 +174,7 @@ class JitKernel:
                 b.program_ids = pid
                 b._shared_cursor = 0
                 ret = self.fn(*args, **kwargs)
+        b.finish()
         self._set_outputs(b.program, ret)
         validate(b.program, target, rules=False)
         allocate(b.program, target)

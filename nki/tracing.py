@@ -79,6 +79,8 @@ class Builder:
         self._names: dict[str, int] = {}
         self._psum_by_matmul: dict[str, np.ndarray] = {}
         self._psum_written: dict[str, np.ndarray] = {}
+        self._psum_zeroed: dict[str, np.ndarray] = {}   # PSUM element -> index in _zeroers, or -1
+        self._zeroers: list[list] = []                   # [memset instruction, elements not yet overwritten]
         self.program_ids: tuple[int, ...] = ()
         self.grid: tuple[int, ...] = ()
         self.shared_outputs: list = []     # SPMD: shared_hbm tensors in creation order, reused per program
@@ -126,6 +128,33 @@ class Builder:
         self._track_psum(ins)
         return ins
 
+    def write_in_place(self, value: AccessPattern, dst: AccessPattern) -> bool:
+        """``dst[...] = value`` where ``value`` is the whole fresh tile the last instruction just wrote and
+        nothing has read: retarget that instruction to write ``dst`` itself, as the compiler does, instead
+        of copying (a copy would cost a second engine pass the hardware never runs). Only when the result
+        is the same: equal shapes, and equal dtypes or an fp32 temporary (the engines compute in fp32, so
+        one rounding into ``dst`` equals rounding to fp32 then copying). True when done."""
+        if not self.program.instructions:
+            return False
+        last = self.program.instructions[-1]
+        spec, dspec = self.program.tensors[value.tensor], self.program.tensors[dst.tensor]
+        roles = [r for r, ap in last.dst.items() if ap == value]
+        if (len(roles) != 1 or spec.kind != "internal" or not spec.on_chip or not dspec.on_chip
+                or value.shape != dst.shape or value != AccessPattern.row_major(spec.name, spec.shape)
+                or any(ap.tensor == value.tensor for ap in (*last.src.values(),
+                                                             *(a for r, a in last.dst.items() if r != roles[0])))
+                or not (spec.dtype == dspec.dtype or (spec.dtype == "float32" and dspec.np_dtype.kind == "f"))):
+            return False
+        old = last.dst
+        last.dst = {**old, roles[0]: dst}
+        try:
+            check_instruction(last, self.program, self.target)
+        except KernelRuleError:
+            last.dst = old
+            return False
+        self._track_psum(last)
+        return True
+
     # PSUM accumulation auto-detection (nc_matmul accumulate=None): the first matmul write to a PSUM
     # location overwrites; later matmul writes accumulate; any other write ends the group.
     def _flags(self, name: str, table: dict | None = None) -> np.ndarray:
@@ -150,6 +179,9 @@ class Builder:
 
     def _track_psum(self, ins: Instruction) -> None:
         from numpy.lib.stride_tricks import as_strided
+        for ap in ins.src.values():
+            if isinstance(ap, AccessPattern) and self.program.tensors[ap.tensor].buffer == "psum":
+                self._zero_marks(ap)[...] = -1   # the zeros were read: that memset must run
         for ap in ins.dst.values():
             if self.program.tensors[ap.tensor].buffer != "psum":
                 continue
@@ -158,3 +190,38 @@ class Builder:
             view[...] = ins.opcode in ("nc_matmul", "nc_matmul_mx")
             written = self._flags(ap.tensor, self._psum_written)
             as_strided(written[ap.offset:], ap.shape, tuple(s for s, _ in ap.dims))[...] = True
+            self._fold_zero_init(ins, ap)
+
+    # PSUM zero-initialisation folded into the matmuls: ``nl.zeros(..., buffer=nl.psum)`` then matmuls into
+    # it compiles to matmuls whose first write to each location overwrites (the nc_matmul reference: the
+    # first matmul to a PSUM location must overwrite; accumulating onto a memset is undefined on v2/v3), so
+    # the memset never runs. A memset is dropped once matmuls have overwritten every element it zeroed
+    # before anything read them; the values are the same (a product added to zeros is the product).
+    def _zero_marks(self, ap: AccessPattern) -> np.ndarray:
+        from numpy.lib.stride_tricks import as_strided
+        marks = self._psum_zeroed.get(ap.tensor)
+        if marks is None:
+            marks = self._psum_zeroed[ap.tensor] = np.full(self.program.tensors[ap.tensor].size, -1, np.int64)
+        return as_strided(marks[ap.offset:], ap.shape, tuple(s * marks.itemsize for s, _ in ap.dims))
+
+    def _fold_zero_init(self, ins: Instruction, ap: AccessPattern) -> None:
+        marks = self._zero_marks(ap)
+        if ins.opcode == "memset" and ins.attrs.get("value") == 0.0:
+            # Elements an earlier memset zeroed now carry this one's mark, so that one is never dropped.
+            marks[...] = len(self._zeroers)
+            self._zeroers.append([ins, marks.size])
+            return
+        first = int(marks.flat[0]) if marks.size else -1
+        if ins.opcode in ("nc_matmul", "nc_matmul_mx") and first >= 0 and (marks == first).all():
+            ins.attrs["accumulate"] = False
+            entry = self._zeroers[first]
+            entry[1] -= marks.size
+            if entry[1] <= 0:
+                entry[0].attrs["_folded"] = True
+        marks[...] = -1
+
+    def finish(self) -> Program:
+        """Drop the instructions folded away while tracing (PSUM zero-initialisation); the Program."""
+        if any(ins.attrs.get("_folded") for ins in self.program.instructions):
+            self.program.instructions = [ins for ins in self.program.instructions if not ins.attrs.get("_folded")]
+        return self.program

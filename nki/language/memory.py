@@ -215,6 +215,8 @@ def _assign(dst: NkiTensor, value) -> None:
         return  # ``t[k] += x`` assigns the updated view to itself
     if not isinstance(value, NkiTensor):
         nisa.memset(dst, value)
+    elif tracing.require("assignment").write_in_place(value.to_ap(), dst.to_ap()):
+        value.spec, value.offset, value.dims = dst.spec, dst.offset, dst.dims  # later reads see dst
     elif dst.spec.on_chip and value.spec.on_chip:
         nisa.tensor_copy(dst, value)
     else:
