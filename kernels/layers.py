@@ -64,21 +64,28 @@ _MODE_PRIORITY = {
 
 # ---- repositories ----------------------------------------------------------------------------------
 class LayerRepository:
-    """A layer of a Hub kernel repo: ``LayerRepository("neuron/vit-attn", layer_name="ViTAttention")``.
-    ``version`` (a major version) or ``revision`` pins it; with neither the newest ``vN`` is used."""
+    """A layer of a Hub kernel repo: ``LayerRepository("neuron/vit-attn", layer_name="ViTAttention",
+    version=1)``, as Hugging Face kernels' class of that name. ``version`` (a major version) or
+    ``revision`` pins it; with neither the newest ``vN`` is used (nkihub only: theirs requires one).
+    ``trust_remote_code`` and ``user_agent`` are passed to the load."""
 
-    def __init__(self, repo_id: str, *, layer_name: str, revision: str | None = None, version=None):
+    def __init__(self, repo_id: str, *, layer_name: str, revision: str | None = None, version=None,
+                 trust_remote_code: bool | list[str] = False, user_agent=None):
         if revision is not None and version is not None:
             raise ValueError("Either a revision or a version must be specified, not both.")
         self.repo_id, self.layer_name, self._revision, self._version = repo_id, layer_name, revision, version
+        self._trust_remote_code = list(trust_remote_code) if isinstance(trust_remote_code, list) else trust_remote_code
+        self._user_agent = user_agent
 
     def load(self):
         from .loading import get
 
-        return get(self.repo_id, version=self._version, revision=self._revision)
+        return get(self.repo_id, version=self._version, revision=self._revision,
+                   trust_remote_code=self._trust_remote_code)
 
     def _key(self):
-        return (type(self).__name__, self.repo_id, self.layer_name, self._revision, self._version)
+        trust = tuple(self._trust_remote_code) if isinstance(self._trust_remote_code, list) else self._trust_remote_code
+        return (type(self).__name__, self.repo_id, self.layer_name, self._revision, self._version, trust)
 
     def __eq__(self, other):
         return isinstance(other, LayerRepository) and self._key() == other._key()
@@ -92,9 +99,11 @@ class LayerRepository:
 
 
 class LocalLayerRepository(LayerRepository):
-    """A layer of a kernel in a local directory (a repo checkout, snapshot or package)."""
+    """A layer of a kernel in a local directory (a repo checkout, snapshot or package):
+    ``LocalLayerRepository(path, layer_name=...)`` as Hugging Face kernels' class; ``package_name`` is
+    accepted for older nkihub code and not needed."""
 
-    def __init__(self, repo_path: Path, *, package_name: str, layer_name: str):
+    def __init__(self, repo_path: Path, *, layer_name: str, package_name: str | None = None):
         super().__init__(str(repo_path), layer_name=layer_name)
         self.repo_path, self.package_name = Path(repo_path), package_name
 
@@ -104,7 +113,8 @@ class LocalLayerRepository(LayerRepository):
         return get_local_kernel(self.repo_path)
 
     def __str__(self) -> str:
-        return f"`{self.repo_path}` (package: {self.package_name}), layer `{self.layer_name}`"
+        package = f" (package: {self.package_name})" if self.package_name else ""
+        return f"`{self.repo_path}`{package}, layer `{self.layer_name}`"
 
 
 class LibraryLayerRepository(LayerRepository):
@@ -139,10 +149,15 @@ def use_kernel_forward_from_hub(layer_name: str):
 _KERNEL_MAPPING: ContextVar[dict] = ContextVar("_KERNEL_MAPPING", default={})
 
 
+# Device types a Hugging Face kernels mapping may name: accepted (so their mappings work unchanged),
+# kept, and matched only when kernelizing for that device (nkihub kernelizes for cpu and neuron).
+MAPPING_DEVICES = ("cpu", "cuda", "mps", "neuron", "npu", "rocm", "tpu", "xpu")
+
+
 def _device_key(device) -> str:
     kind = getattr(device, "type", None) or str(device)
-    if kind not in SUPPORTED_DEVICES:
-        raise ValueError(f"device: kernel mappings take {SUPPORTED_DEVICES}, got {kind!r}")
+    if kind not in MAPPING_DEVICES:
+        raise ValueError(f"device: kernel mappings take {MAPPING_DEVICES}, got {kind!r}")
     return kind
 
 
@@ -229,13 +244,15 @@ def _restore(module) -> None:
 
 
 def _layer_class(kernel, layer_name: str):
-    layers = getattr(kernel, "layers", None)
-    layer = getattr(layers, layer_name, None) if layers is not None else None
-    if layer is not None:
-        return layer
     from . import vit
 
-    return vit.layer_for(kernel, layer_name)
+    if vit.knows(layer_name):  # the kernel's own layer (or one built for it) with nkihub's checks added
+        return vit.layer_for(kernel, layer_name)
+    layer = getattr(getattr(kernel, "layers", None), layer_name, None)
+    if layer is None:
+        raise ValueError(f"the kernel {getattr(kernel, '__name__', kernel)!r} has no layer `{layer_name}` "
+                         "(no `layers` module with that class)")
+    return layer
 
 
 def _check_layer(layer, module, mode: Mode) -> None:

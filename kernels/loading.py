@@ -237,6 +237,10 @@ def import_variant(variant_path: Path, module_name: str) -> ModuleType:
                 del sys.modules[name]
             raise
         _loaded[module_name] = module
+        if "torch" in sys.modules:  # a package that registered torch ops did so in its own (vendored) registry
+            from .torch_ops import adopt
+
+            adopt(module)
         return module
 
 

@@ -5,12 +5,14 @@ A source package is a directory holding a pure-Python package (``__init__.py`` .
 benchmarks). Publishing builds::
 
     README.md                               kernel card (templates/kernel_card.md.j2)
-    build/torch-neuron/<package>/...        copy of the package, for Neuron devices
+    build/torch-neuron/<package>/...        the package, standalone (kernels.vendor), for Neuron devices
     build/torch-neuron/metadata.json        id, name, version (major), backend, sha256 of every file
     build/torch-cpu/<package>/...           the same package, run on the simulator
     build/torch-cpu/metadata.json
 
-and pushes it in one commit. The newest major version is committed on ``main`` and branch ``vN``
+and pushes it in one commit. Each variant's package stands alone: the nkihub modules it imports are
+carried into it and anything else outside the standard library, torch, numpy and the public NKI API
+is refused (:mod:`kernels.vendor`). The newest major version is committed on ``main`` and branch ``vN``
 is pointed at that commit; an older major is committed on its ``vN`` branch. Tag ``vX.Y.Z`` marks
 the commit. Unchanged content makes no commit; the same version with other content is refused.
 """
@@ -30,6 +32,7 @@ from hub_client.digest import sha256_b64
 
 from . import config
 from .card import render_card
+from .vendor import VendorError, python_depends, vendor_package
 
 VARIANTS = {"torch-neuron": "neuron", "torch-cpu": "cpu"}
 REPO_TYPE = "kernel"
@@ -85,40 +88,44 @@ def read_kernel_spec(package_dir: str | Path) -> dict:
     return spec
 
 
-def _package_files(package_dir: Path) -> list[Path]:
-    return sorted(p for p in package_dir.rglob("*")
-                  if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo"))
-
-
 def build_repo(package_dir: str | Path, out_dir: str | Path, repo_id: str) -> dict:
     """Write the repo layout for ``package_dir`` into ``out_dir``; return the spec."""
     package_dir, out_dir = Path(package_dir), Path(out_dir)
     spec = read_kernel_spec(package_dir)
-    package, major = spec["package"], int(spec["version"].split(".")[0])
-    files = _package_files(package_dir)
-    variants = []
-    for variant, backend in VARIANTS.items():
-        vdir = out_dir / "build" / variant
-        for f in files:
-            target = vdir / package / f.relative_to(package_dir)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(f, target)
-        digest = {p.relative_to(vdir).as_posix(): sha256_b64(p) for p in sorted(vdir.rglob("*")) if p.is_file()}
-        content = hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
-        metadata = {
-            "id": f"_{package}_{backend}_{content[:10]}",
-            "name": spec["name"],
-            "version": major,
-            "license": spec.get("license", "apache-2.0"),
-            "python-depends": [],
-            "backend": {"type": backend},
-            "digest": {"algorithm": "sha256", "files": digest},
-            "nkihub": {"package-version": spec["version"], "functions": spec.get("functions", [])},
-        }
-        (vdir / "metadata.json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
-        variants.append({"name": variant, "backend": backend, "files": len(digest)})
+    package = spec["package"]
+    with tempfile.TemporaryDirectory(prefix="nkihub-vendor-") as staging:
+        standalone = Path(staging) / package
+        try:
+            carried = vendor_package(package_dir, standalone, package)
+        except VendorError as e:
+            raise PublishError(f"{package_dir} cannot be published as a standalone package: {e}") from e
+        variants = []
+        for variant, backend in VARIANTS.items():
+            vdir = out_dir / "build" / variant
+            shutil.copytree(standalone, vdir / package)
+            variants.append(_write_metadata(vdir, spec, backend, carried))
     (out_dir / "README.md").write_text(render_card(spec, repo_id, variants))
     return spec
+
+
+def _write_metadata(vdir: Path, spec: dict, backend: str, carried) -> dict:
+    """Write ``vdir/metadata.json`` (Hugging Face kernels 0.17 format plus an ``nkihub`` section)."""
+    package, major = spec["package"], int(spec["version"].split(".")[0])
+    digest = {p.relative_to(vdir).as_posix(): sha256_b64(p) for p in sorted(vdir.rglob("*")) if p.is_file()}
+    content = hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
+    metadata = {
+        "id": f"_{package}_{backend}_{content[:10]}",
+        "name": spec["name"],
+        "version": major,
+        "license": spec.get("license", "apache-2.0"),
+        "python-depends": python_depends(carried.requires, backend),
+        "backend": {"type": backend},
+        "digest": {"algorithm": "sha256", "files": digest},
+        "nkihub": {"package-version": spec["version"], "functions": spec.get("functions", []),
+                   "requires": sorted(carried.requires | {"torch"}), "vendored": carried.vendored},
+    }
+    (vdir / "metadata.json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
+    return {"name": vdir.name, "backend": backend, "files": len(digest)}
 
 
 def publish(package_dir: str | Path, repo_id: str | None = None, *, endpoint: str | None = None,

@@ -14,10 +14,15 @@ implementation makes ``torch.compile(fullgraph=True)`` trace the op without runn
     ops = lib.ops          # torch.ops.<namespace>; ops.vit_attention(q, k, v, 0.125)
 
 Every op call is routed by the device of its tensor arguments (:mod:`kernels.device`): CPU tensors
-run on the simulator with BLAS/torch threads pinned (:mod:`kernels.threads`), Neuron tensors run
-through the Neuron toolchain (``launch`` inside the op picks it), anything else is a ValueError. Each
-library counts the real (not fake) calls of its ops in ``lib.calls``, so a test can prove a model ran
-its kernels rather than a fallback.
+run through ``nki.simulate`` (the simulator, which keeps numpy's BLAS off torch's cores while a
+Program runs), Neuron tensors run through the Neuron toolchain (``launch`` inside the op picks it),
+anything else is a ValueError. Each library counts the real (not fake) calls of its ops in
+``lib.calls``, so a test can prove a model ran its kernels rather than a fallback.
+
+This module stands alone (standard library, torch, the public ``nki`` API and :mod:`kernels.device`):
+``kernels publish`` vendors it into every published kernel as that package's op-registration helper,
+the way Hugging Face's kernel-builder writes ``_ops.py`` into each build. A published copy keeps its
+own registry; :func:`adopt` makes nkihub's :func:`count_calls` and :func:`library_of` see it.
 """
 from __future__ import annotations
 
@@ -32,7 +37,7 @@ from typing import Callable
 
 import torch
 
-from . import device, threads
+from . import device
 
 # Every OpLibrary built in this process, by namespace (a re-import of one build shares its ops).
 _LIBRARIES: dict[str, "OpLibrary"] = {}
@@ -107,8 +112,7 @@ class OpLibrary:
             backend = device.backend_of(tensors)
             self.calls[name] += 1
             if backend == device.SIMULATOR:
-                with threads.pinned():
-                    return fn(*args, **kwargs)
+                return fn(*args, **kwargs)
             launched = [0]
             token = _NEURON_DEVICE.set((tensors[0].device, launched))
             try:
@@ -135,9 +139,28 @@ def libraries() -> list[OpLibrary]:
     return list(_LIBRARIES.values())
 
 
+def adopt(module) -> list:
+    """Register the op libraries of a kernel package imported from elsewhere (a published package
+    carries its own copy of this module, with its own registry) so :func:`count_calls`,
+    :func:`libraries` and :func:`library_of` see them; returns the libraries found."""
+    import sys
+
+    prefix = getattr(module, "__name__", "")
+    found = []
+    for name, mod in list(sys.modules.items()):
+        registry = getattr(mod, "_LIBRARIES", None) if name == prefix or name.startswith(prefix + ".") else None
+        if isinstance(registry, dict) and registry is not _LIBRARIES:
+            for namespace, lib in registry.items():
+                _LIBRARIES.setdefault(namespace, lib)
+                found.append(lib)
+    return found
+
+
 def library_of(module) -> OpLibrary:
     """The OpLibrary of a kernel package (a module with ``ops``), ValueError if it has none."""
     namespace = getattr(getattr(module, "ops", None), "name", None)
+    if namespace and namespace not in _LIBRARIES:
+        adopt(module)
     lib = _LIBRARIES.get(namespace) if namespace else None
     if lib is None:
         raise ValueError(f"module: {getattr(module, '__name__', module)!r} exposes no registered kernel ops")
@@ -162,7 +185,7 @@ def launch(kernel, *args, **kwargs):
     """Run an ``@nki.jit`` kernel on the device of the op being run.
 
     Inside an op on Neuron tensors the kernel goes to the Neuron toolchain (tensor arguments are moved
-    to that device); otherwise it runs on the simulator with contiguous CPU tensors and pinned threads.
+    to that device); otherwise it runs through ``nki.simulate`` with contiguous CPU tensors.
     Returns torch tensors (one, or a tuple), as the kernel returns them.
     """
     target, launched = _NEURON_DEVICE.get() or (None, [0])
@@ -174,9 +197,10 @@ def launch(kernel, *args, **kwargs):
         launched[0] += 1
         moved = [a.contiguous().to(target) if isinstance(a, torch.Tensor) else a for a in args]
         return device.neuron_runner(kernel)(*moved, **kwargs)
+    import nki  # the public NKI API: nki.simulate runs a kernel on CPU tensors and returns CPU tensors
+
     args = tuple(a.detach().contiguous() if isinstance(a, torch.Tensor) else a for a in args)
-    with threads.pinned():
-        return kernel(*args, **kwargs)
+    return nki.simulate(kernel)(*args, **kwargs)
 
 
 DEFAULT_OPCHECK_TESTS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")

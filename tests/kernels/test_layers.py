@@ -216,8 +216,11 @@ def test_register_kernel_mapping_without_inherit_replaces_the_mapping():
         register_kernel_mapping({"A": {"cpu": _FakeRepo("A")}})
         register_kernel_mapping({"B": {"cpu": _FakeRepo("B")}}, inherit_mapping=False)
         assert set(_KERNEL_MAPPING.get()) == {"B"}
+        # a Hugging Face kernels mapping may name devices nkihub does not kernelize for: kept, never matched
+        register_kernel_mapping({"C": {"cuda": _FakeRepo("C")}})
+        assert set(_KERNEL_MAPPING.get()["C"]) == {"cuda"}
         with pytest.raises(ValueError, match="device"):
-            register_kernel_mapping({"C": {"cuda": _FakeRepo("C")}})
+            register_kernel_mapping({"D": {"gpu0": _FakeRepo("D")}})
     finally:
         _KERNEL_MAPPING.reset(token)
 

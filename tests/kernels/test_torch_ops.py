@@ -2,6 +2,7 @@
 thread pinning while the simulator runs, device routing, call counts."""
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 
@@ -26,7 +27,6 @@ def scale_add_kernel(x, y):
 
 
 _toy = OpLibrary("toy_scale_add", "1.0.0", __file__)
-_seen_threads: list = []
 
 
 def _toy_setup(ctx, inputs, output):
@@ -39,7 +39,6 @@ def _toy_backward(ctx, grad):
 
 @_toy.op("scale_add", fake=lambda x, y: torch.empty_like(x), backward=_toy_backward, setup_context=_toy_setup)
 def _scale_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    _seen_threads.append((torch.get_num_threads(), threads.blas_threads()))
     return launch(scale_add_kernel, x, y)
 
 
@@ -72,17 +71,30 @@ def test_call_counts_see_real_calls_not_fake_ones():
     assert counts == {_toy.qualname("scale_add"): 1}
 
 
-def test_threads_pinned_inside_the_op_and_restored(monkeypatch):
+def test_blas_pinned_while_the_op_simulates_and_restored(monkeypatch):
+    """Inside an op the simulator keeps numpy's BLAS on NKIHUB_SIM_THREADS threads while its Program
+    runs (simulator.executor.blas_pinned); torch's pool and BLAS are as before once the op returns."""
+    from simulator import executor
+
+    seen = []
+    real = executor.blas_pinned
+
+    @contextlib.contextmanager
+    def spying():
+        with real():
+            seen.append((torch.get_num_threads(), threads.blas_threads()))
+            yield
+
+    monkeypatch.setattr(executor, "blas_pinned", spying)
     monkeypatch.delenv("NKIHUB_SIM_THREADS", raising=False)
     before_torch, before_blas = torch.get_num_threads(), threads.blas_threads()
-    _seen_threads.clear()
     _toy.ops.scale_add(torch.randn(4, 4), torch.randn(4, 4))
-    assert _seen_threads == [(before_torch, [1] * len(before_blas))]  # torch's pool is left alone
+    assert seen == [(before_torch, [1] * len(before_blas))]  # torch's pool is left alone
     assert torch.get_num_threads() == before_torch and threads.blas_threads() == before_blas
     monkeypatch.setenv("NKIHUB_SIM_THREADS", "0")  # 0: leave the pools alone
-    _seen_threads.clear()
+    seen.clear()
     _toy.ops.scale_add(torch.randn(4, 4), torch.randn(4, 4))
-    assert _seen_threads == [(before_torch, before_blas)]
+    assert seen == [(before_torch, before_blas)]
 
 
 def test_pinning_is_reentrant():

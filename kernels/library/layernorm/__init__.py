@@ -41,3 +41,5 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
     common.check_same_dtype("x", x, weight=weight, bias=bias)
     eps = common.check_eps("eps", eps)
     return ops.layer_norm(x, weight, bias, eps)
+
+from . import layers  # noqa: E402  (kernelize finds the layers here; they use the names above)

@@ -38,3 +38,5 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     common.check_same_dtype("x", x, weight=weight)
     eps = common.check_eps("eps", eps)
     return ops.rms_norm(x, weight, eps)
+
+from . import layers  # noqa: E402  (kernelize finds the layers here; they use the names above)

@@ -6,13 +6,13 @@ q, k, v (..., H, S, D) as torch's scaled_dot_product_attention (non-causal), bf1
 D 64 or 128. One kernel goes from Q, K, V to the output; scores and probabilities stay on chip.
 ``ops.vit_attention`` is the torch custom op (fake implementation for torch.compile);
 ``ops.vit_attention_with_lse`` also returns lse (B..., H, S) fp32, and ``ops.vit_attention_backward``
-runs neuron/flash-attn's backward kernel (nkihub's flash_attn.nki_kernels) on the saved out and lse:
+runs neuron/flash-attn's backward kernel (carried in this package when published) on the saved out and lse:
 ``vit_attention`` takes the lse route whenever a gradient is wanted, so autograd never recomputes.
 """
 import torch
 
 from kernels.library import common
-from kernels.library import flash_attn
+from kernels.library.flash_attn.attention_backward import backward as flash_attn_backward
 from kernels.torch_ops import OpLibrary, launch
 
 from . import nki_kernels
@@ -69,8 +69,8 @@ def _fake_bwd(q, k, v, out, grad_out, lse, grad_lse, scale):
 def _vit_attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                             grad_out: torch.Tensor, lse: torch.Tensor, grad_lse: torch.Tensor,
                             scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # neuron/flash-attn's backward kernel (non-causal, one kv head per q head) from the nkihub runtime
-    return flash_attn.backward(q, k, v, out, grad_out, lse, grad_lse, False, scale)
+    # neuron/flash-attn's backward kernel (non-causal, one kv head per q head)
+    return flash_attn_backward(q, k, v, out, grad_out, lse, grad_lse, False, scale)
 
 
 def _save_with_lse(ctx, inputs, output):
@@ -124,3 +124,5 @@ from kernels.transformers_attention import make_transformers_attention  # noqa: 
 
 transformers_attention = make_transformers_attention(
     lambda q, k, v, scale, causal: vit_attention(q, k, v, scale=scale), name="neuron/vit-attn")
+
+from . import layers  # noqa: E402  (kernelize finds the layers here; they use the names above)

@@ -108,3 +108,5 @@ def vit_block_from_layer(layer, x: torch.Tensor) -> torch.Tensor:
     params = tuple(p.to(x.dtype).contiguous() for p in layer_params(layer))
     return vit_block(x, *params, num_heads=layer.attention.config.num_attention_heads,
                      eps=layer.layernorm_before.eps)
+
+from . import layers  # noqa: E402  (kernelize finds the layers here; they use the names above)
