@@ -273,13 +273,19 @@ class Storage:
         return Commit.from_json(json.loads(p.read_text()))
 
     def resolve(self, repo_type: str, repo_id: str, revision: str) -> Commit:
-        """Branch, tag, full commit id or unique prefix (7+ hex) -> Commit."""
+        """Branch, tag (by name or full ref name, ``refs/heads/v1``, ``refs/tags/v1.0.0``), full commit id
+        or unique prefix (7+ hex) -> Commit."""
         refs = self.refs(repo_type, repo_id)
         P.check_revision(revision)
-        if revision in refs["branches"]:
-            return self.read_commit(repo_type, repo_id, refs["branches"][revision])
-        if revision in refs["tags"]:
-            return self.read_commit(repo_type, repo_id, refs["tags"][revision]["commit"])
+        branch, tag = revision, revision
+        if revision.startswith("refs/heads/"):  # Hugging Face kernels asks for a version by its ref name
+            branch, tag = revision[len("refs/heads/"):], None
+        elif revision.startswith("refs/tags/"):
+            branch, tag = None, revision[len("refs/tags/"):]
+        if branch in refs["branches"]:
+            return self.read_commit(repo_type, repo_id, refs["branches"][branch])
+        if tag in refs["tags"]:
+            return self.read_commit(repo_type, repo_id, refs["tags"][tag]["commit"])
         if P.COMMIT_RE.match(revision):
             return self.read_commit(repo_type, repo_id, revision)
         if 7 <= len(revision) < 40 and all(c in "0123456789abcdef" for c in revision):

@@ -120,6 +120,8 @@ class HubApp:
             return json_response({"errors": [], "warnings": []})
         if segs == ["whoami-v2"] and m == "GET":
             return self._check_write(request) or json_response({"type": "user", "name": "nkihub", "orgs": []})
+        if len(segs) == 3 and segs[0] == "organizations" and segs[2] == "overview" and m == "GET":
+            return V.organization_overview(cfg, P.check_repo_id(f"{segs[1]}/x").split("/")[0])
         if segs[:1] == ["lfs"] and len(segs) >= 5 and segs[1] in TYPES:
             return await self._lfs(request, segs, m)
         if len(segs) < 3 or segs[0] not in TYPES:
@@ -188,8 +190,11 @@ class HubApp:
         raise NotFound(f"no LFS route for {m} {request.url.path} ({repo_type})")
 
 
-def create_app(root, token: str | None = None, lfs_threshold: int | None = None, tree_page_size: int = 1000) -> HubApp:
-    """Build the ASGI app for a storage directory (created if missing; stale partial writes removed)."""
+def create_app(root, token: str | None = None, lfs_threshold: int | None = None, tree_page_size: int = 1000,
+               trusted_publishers=("neuron",)) -> HubApp:
+    """Build the ASGI app for a storage directory (created if missing; stale partial writes removed).
+    ``trusted_publishers``: organizations the Hub reports as trusted kernel publishers."""
     storage = Storage(root)
     storage.clean_tmp()
-    return HubApp(V.HubConfig(storage=storage, token=token, lfs_threshold=lfs_threshold, tree_page_size=tree_page_size))
+    return HubApp(V.HubConfig(storage=storage, token=token, lfs_threshold=lfs_threshold, tree_page_size=tree_page_size,
+                              trusted_publishers=tuple(trusted_publishers)))

@@ -43,6 +43,7 @@ class HubConfig:
     tree_page_size: int = 1000
     commits_page_size: int = 50
     faults: Faults = field(default_factory=Faults)
+    trusted_publishers: tuple[str, ...] = ("neuron",)  # organizations marked trustedKernelPublisher
 
 
 def _bool(v: str | None) -> bool:
@@ -129,6 +130,16 @@ def repo_info(cfg: HubConfig, repo_type: str, repo_id: str, revision: str, blobs
         "lastModified": c.date, "createdAt": meta.get("createdAt"), "private": meta.get("private", False),
         "disabled": False, "gated": False, "downloads": 0, "likes": 0, "tags": [], "siblings": siblings,
     })
+
+
+def organization_overview(cfg: HubConfig, org: str) -> Response:
+    """``GET /api/organizations/{org}/overview``: what Hugging Face kernels' trust check reads
+    (``trustedKernelPublisher``). An organization exists when it owns a repo or is trusted."""
+    owns = any((cfg.storage.root / "repos" / t / org).is_dir() for t in P.REPO_TYPES)
+    if not owns and org not in cfg.trusted_publishers:
+        return error_response(404, f"organization {org} not found")
+    return json_response({"name": org, "fullname": org, "avatarUrl": "", "isVerified": False,
+                          "trustedKernelPublisher": org in cfg.trusted_publishers})
 
 
 def list_refs(cfg: HubConfig, repo_type: str, repo_id: str) -> Response:

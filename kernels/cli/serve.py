@@ -13,6 +13,8 @@ def add_parser(sub) -> None:
     p.add_argument("--token", default=None, help="token required for writes (default: $NKIHUB_HUB_TOKEN; none)")
     p.add_argument("--lfs-threshold", type=int, default=None,
                    help="serve files of at least this size as git-LFS (only for clients with HF_HUB_DISABLE_XET=1)")
+    p.add_argument("--trusted-publisher", action="append", default=None, metavar="ORG",
+                   help="organization the Hub reports as a trusted kernel publisher (repeatable; default: neuron)")
     p.set_defaults(func=run)
 
 
@@ -21,5 +23,6 @@ def run(args) -> int:
 
     token = args.token or os.environ.get("NKIHUB_HUB_TOKEN") or None
     print(f"nkihub Hub on http://{args.host}:{args.port} (root {args.root}); set HF_ENDPOINT to this URL", flush=True)
-    serve(args.root, host=args.host, port=args.port, token=token, lfs_threshold=args.lfs_threshold)
+    serve(args.root, host=args.host, port=args.port, token=token, lfs_threshold=args.lfs_threshold,
+          trusted_publishers=tuple(args.trusted_publisher or ("neuron",)))
     return 0
