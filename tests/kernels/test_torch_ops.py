@@ -86,6 +86,9 @@ def test_blas_pinned_while_the_op_simulates_and_restored(monkeypatch):
             yield
 
     monkeypatch.setattr(executor, "blas_pinned", spying)
+    # controllers are built on first use: fresh ones see every BLAS loaded since (scipy brings its own)
+    monkeypatch.setattr(executor, "_blas", None)
+    monkeypatch.setattr(threads, "_controller", None)
     monkeypatch.delenv("NKIHUB_SIM_THREADS", raising=False)
     before_torch, before_blas = torch.get_num_threads(), threads.blas_threads()
     _toy.ops.scale_add(torch.randn(4, 4), torch.randn(4, 4))
