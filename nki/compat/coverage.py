@@ -18,7 +18,7 @@ INVENTORY = Path(__file__).with_name("nki_api.md")
 # Inventory module -> the module of this package that implements it (None: no such module here).
 MODULES = {
     "nki": "nki", "nki.language": "nki.language", "nki.isa": "nki.isa", "nki.collectives": None,
-    "nki.typing": None, "nki.compiler.kernel_builder": None,
+    "nki.typing": "nki.typing", "nki.compiler.kernel_builder": None,
     "neuronxcc.nki": "nki.compat", "neuronxcc.nki.language": "nki.compat.language",
     "neuronxcc.nki.isa": "nki.compat.isa", "neuronxcc.nki.compiler": "nki.compat.compiler",
     "neuronxcc.nki.compiler.sbuf": "nki.compat.compiler:sbuf", "neuronxcc.nki.compiler.psum":
@@ -31,7 +31,6 @@ _HW = "semantics not fully specified in the public documentation; not guessed"
 GAPS = {
     "nki.collectives": _MULTI, "neuronxcc.nki.language.all_reduce": _MULTI, "nki.isa.sendrecv": _MULTI,
     "nki.isa.core_barrier": _MULTI,
-    "nki.typing": "the current dialect's nt.tensor annotation is undocumented (guide mention only)",
     "nki.compiler.kernel_builder": "undocumented (one guide mention, no signature)",
     "nki.language.dynamic_range": _DYN, "nki.language.fori_loop": _DYN, "nki.language.while_loop": _DYN,
     "nki.isa.register_alloc": _DYN, "nki.isa.register_load": _DYN, "nki.isa.register_move": _DYN,
@@ -59,8 +58,6 @@ GAPS = {
     "neuronxcc.nki.compiler.psum.alloc": "manual allocation: nkihub allocates on-chip tensors itself",
     "neuronxcc.nki.compiler.sbuf.mod_alloc": "manual allocation: nkihub allocates on-chip tensors itself",
     "neuronxcc.nki.compiler.psum.mod_alloc": "manual allocation: nkihub allocates on-chip tensors itself",
-    "nki.language.MemoryRegion": "internal enum of the stub (buffers are nl.sbuf, nl.psum, ...)",
-    "nki.language.NKIObject": "internal base class of the stub", "nki.language.DType": "type alias only",
     "nki.language.average": "undocumented stub constant",
     "nki.isa.get_nc_sub_version": "undocumented stub (no API page)",
 }

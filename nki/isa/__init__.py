@@ -5,7 +5,7 @@ Each call normalises its arguments and emits one instruction into the kernel bei
 """
 from __future__ import annotations
 
-from enum import Enum
+from enum import Enum, IntEnum
 
 from nki import tracing
 from nki.ops import op_name
@@ -32,11 +32,16 @@ class reduce_cmd(Enum):
     load_reduce = "load_reduce"
 
 
-class nc_version(Enum):
-    """NeuronCore generations: gen2 (trn1/inf2), gen3 (trn2), gen4 (trn3)."""
-    gen2 = "gen2"
-    gen3 = "gen3"
-    gen4 = "gen4"
+class nc_version(IntEnum):
+    """NeuronCore generations: gen2 (trn1/inf2), gen3 (trn2), gen4 (trn3). Ordered, as kernels branch on
+    ``get_nc_version() >= nc_version.gen3`` (or ``>= 3``); ``nc_version("gen3")`` maps a target's name."""
+    gen2 = 2
+    gen3 = 3
+    gen4 = 4
+
+    @classmethod
+    def _missing_(cls, value):
+        return cls.__members__.get(value) if isinstance(value, str) else None
 
 
 class dge_mode(Enum):
@@ -298,6 +303,7 @@ from nki.isa.extra import (dma_transpose, dropout, max8, nc_find_index8, nc_matc
                            tensor_tensor_scan)
 from nki.isa.extra import (activate2, dma_compute, exponential, local_gather, sequence_bounds)  # noqa: E402,F401
 from nki.isa.mx import nc_matmul_mx, quantize_mx  # noqa: E402,F401
+from nki.isa.multicore import core_barrier, sendrecv  # noqa: E402,F401  (placeholders until LNC=2 lands)
 
 
 from nki import unsupported as _unsupported  # noqa: E402

@@ -12,6 +12,7 @@ from nki.language.memory import (_assign, broadcast_to, copy, device_print, ds, 
 from nki.language.reductions import matmul, max, mean, min, prod, softmax, sum, transpose
 from nki.ops import OpConstant as _OpConstant
 from nki.tensor import NkiTensor
+from nki.language.objects import DType, MemoryRegion, NKIObject  # noqa: F401
 
 # Operators that are constants, not functions (activate2: prelu as the activation, bypass as op0/op1).
 prelu, bypass = _OpConstant("prelu"), _OpConstant("bypass")

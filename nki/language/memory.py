@@ -1,6 +1,8 @@
 """Buffers, dtypes, tensor creation, load/store and copies of ``nki.language``."""
 from __future__ import annotations
 
+from enum import Enum
+
 import numpy as np
 
 from nki import isa as nisa
@@ -23,6 +25,23 @@ class _Buffer:
     def __repr__(self) -> str:
         return f"nl.{self.name}"
 
+    # Kernels compare buffers (``t.buffer == nl.sbuf``, ``t.buffer in (nl.hbm, nl.shared_hbm)``) where
+    # t.buffer is the buffer's name; nl.MemoryRegion members are names too.
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (str, _Buffer)):
+            return _name_of(other) == self.name
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+_NAMES = ("sbuf", "psum", "hbm", "shared_hbm", "private_hbm")
+
+
+def _name_of(buffer):
+    return buffer.value if isinstance(buffer, Enum) else getattr(buffer, "name", buffer)
+
 
 sbuf, psum, hbm, shared_hbm, private_hbm = (_Buffer(n) for n in ("sbuf", "psum", "hbm", "shared_hbm",
                                                                   "private_hbm"))
@@ -32,8 +51,8 @@ def buffer_name(buffer) -> str:
     """Normalise a buffer argument (``nl.sbuf``, a string, or None for SBUF)."""
     if buffer is None:
         return "sbuf"
-    name = getattr(buffer, "name", buffer)
-    if name not in ("sbuf", "psum", "hbm", "shared_hbm", "private_hbm"):
+    name = _name_of(buffer)
+    if name not in _NAMES:
         raise ValueError(f"unknown buffer {buffer!r}: use nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm or "
                          "nl.private_hbm")
     return name
