@@ -90,31 +90,6 @@ class Schedule:
 
 # -- dependency tracking ----------------------------------------------------------------------------------
 
-def _box(ap: AccessPattern, row_len: int, item: int, base: int) -> tuple[int, int, int, int]:
-    """(row_lo, row_hi, byte_lo, byte_hi) covering an access pattern over a [rows, row_len] storage: rows
-    are partitions on chip, the leading dims in HBM; bytes are offsets inside a row plus ``base``."""
-    lo, hi = ap.extent()
-    if hi <= lo:
-        return 0, 0, 0, 0
-    r0, r1 = lo // row_len, (hi - 1) // row_len + 1
-    c_lo = c_hi = ap.offset % row_len
-    for stride, size in ap.dims:
-        if size <= 1 or stride % row_len == 0:
-            continue
-        span = stride * (size - 1)
-        if span > 0:
-            c_hi += span
-        else:
-            c_lo += span
-    if r1 - r0 == 1:
-        c0, c1 = lo - r0 * row_len, hi - r0 * row_len
-    elif c_lo >= 0 and c_hi < row_len:
-        c0, c1 = c_lo, c_hi + 1
-    else:
-        c0, c1 = 0, row_len
-    return r0, r1, base + c0 * item, base + c1 * item
-
-
 class _Tracker:
     """Last writers and readers per memory region, indexed by (space, column bucket)."""
 
@@ -122,6 +97,7 @@ class _Tracker:
         self.program = program
         self.buckets: dict = {}
         self.regions: dict = {}   # cache: tensor -> (space, row_len, item, base) or None (read-only)
+        self.blocks: dict = {}    # tensor -> (block bytes, block addresses) for tensors allocated by block
         aliased = {s.alias_of and program.root(s.name).name for s in program.tensors.values()} - {None}
         written = {program.root(ap.tensor).name for ins in program.instructions for ap in ins.dst.values()}
         for name, spec in program.tensors.items():
@@ -131,17 +107,27 @@ class _Tracker:
             elif spec.on_chip:
                 space = spec.buffer if spec.address is not None else root.name
                 self.regions[name] = (space, max(1, spec.free_size), spec.np_dtype.itemsize, spec.address or 0)
+                if root.block_addresses is not None and len(root.block_addresses) > 1:
+                    self.blocks[name] = (root.block_bytes, root.block_addresses)
             else:
                 # HBM storage seen through aliases of other dtypes is one row of bytes for all of them.
                 row = spec.size if root.name in aliased else spec.shape[-1] if spec.shape else 1
                 self.regions[name] = (root.name, max(1, row), spec.np_dtype.itemsize, 0)
 
-    def region(self, ap: AccessPattern):
+    def region(self, ap: AccessPattern) -> list:
+        """The (space, row_lo, row_hi, byte_lo, byte_hi) boxes ``ap`` touches: bytes are physical addresses
+        on chip (one box per block of a tensor allocated by block), offsets in the tensor in HBM."""
         reg = self.regions[ap.tensor]
         if reg is None:
-            return None
+            return []
         space, row_len, item, base = reg
-        return (space,) + _box(ap, row_len, item, base)
+        r0, r1, c0, c1 = ap.box(row_len)
+        c0, c1 = c0 * item, c1 * item
+        if ap.tensor not in self.blocks:
+            return [(space, r0, r1, base + c0, base + c1)]
+        size, addrs = self.blocks[ap.tensor]
+        return [(space, r0, r1, addrs[b] + max(c0 - b * size, 0), addrs[b] + min(c1 - b * size, size))
+                for b in range(c0 // size, (c1 - 1) // size + 1)]
 
     @staticmethod
     def _keys(reg):
@@ -331,9 +317,9 @@ def schedule(program: Program, target=None) -> Schedule:
     for idx, ins in enumerate(program.instructions):
         row = opdef(ins.opcode)
         read_back = dst_reads(row, ins)
-        src_regs = [r for r in map(tracker.region, ins.src.values()) if r is not None]
-        dst_regs = [r for r in map(tracker.region, ins.dst.values()) if r is not None]
-        back_regs = [r for r in map(tracker.region, (ins.dst[k] for k in read_back)) if r is not None]
+        src_regs = [r for ap in ins.src.values() for r in tracker.region(ap)]
+        dst_regs = [r for ap in ins.dst.values() for r in tracker.region(ap)]
+        back_regs = [r for k in read_back for r in tracker.region(ins.dst[k])]
         deps: dict[int, bool] = {}
         tracker.access(idx, src_regs + back_regs, dst_regs, deps)
         cost = float(row.cost(ins, program, target))

@@ -33,6 +33,9 @@ class TensorSpec:
     ``alias_of`` names the tensor whose storage this one reinterprets as another dtype (``.view(dtype)``,
     ``.ap(dtype=...)``): all of it, byte for byte, with the same partitions on chip; an alias has no
     storage, address or live range of its own.
+    ``block_bytes``: an on-chip tensor declared with block dims ahead of its partition dim (the old
+    dialect's ``nl.ndarray((n, nl.par_dim(128), 512), ...)``) is a row of blocks of this many bytes per
+    partition, each allocated for its own live range at ``block_addresses[b]`` (``address`` is block 0's).
     """
 
     name: str
@@ -44,6 +47,13 @@ class TensorSpec:
     address: int | None = None
     data: bytes | None = None
     alias_of: str | None = None
+    block_bytes: int | None = None
+    block_addresses: tuple[int, ...] | None = None
+
+    @property
+    def blocks(self) -> int:
+        """Blocks allocated separately (1 for an ordinary tensor)."""
+        return self.bytes_per_partition // self.block_bytes if self.block_bytes else 1
 
     @property
     def size(self) -> int:
@@ -73,13 +83,18 @@ class TensorSpec:
             d["data"] = base64.b64encode(self.data).decode()
         if self.alias_of is not None:
             d["alias_of"] = self.alias_of
+        if self.block_bytes is not None:
+            d["block_bytes"] = self.block_bytes
+            d["block_addresses"] = None if self.block_addresses is None else list(self.block_addresses)
         return d
 
     @classmethod
     def from_json(cls, d: dict) -> "TensorSpec":
         data = base64.b64decode(d["data"]) if d.get("data") is not None else None
+        blocks = d.get("block_addresses")
         return cls(d["name"], tuple(d["shape"]), d["dtype"], d["buffer"], d.get("kind", "internal"),
-                   SourceLoc.from_json(d.get("loc")), d.get("address"), data, d.get("alias_of"))
+                   SourceLoc.from_json(d.get("loc")), d.get("address"), data, d.get("alias_of"),
+                   d.get("block_bytes"), None if blocks is None else tuple(blocks))
 
 
 @dataclass(frozen=True)
@@ -113,6 +128,29 @@ class AccessPattern:
             else:
                 lo += span
         return lo, hi + 1
+
+    def box(self, row_len: int) -> tuple[int, int, int, int]:
+        """(row_lo, row_hi, col_lo, col_hi), in elements, of a box covering this pattern over a
+        [rows, row_len] storage: rows are partitions on chip (the leading dims in HBM), columns offsets
+        inside a row. Exact for one row or patterns that stay inside their rows, else whole rows."""
+        lo, hi = self.extent()
+        if hi <= lo:
+            return 0, 0, 0, 0
+        r0, r1 = lo // row_len, (hi - 1) // row_len + 1
+        c_lo = c_hi = self.offset % row_len
+        for stride, size in self.dims:
+            if size <= 1 or stride % row_len == 0:
+                continue
+            span = stride * (size - 1)
+            if span > 0:
+                c_hi += span
+            else:
+                c_lo += span
+        if r1 - r0 == 1:
+            return r0, r1, lo - r0 * row_len, hi - r0 * row_len
+        if c_lo >= 0 and c_hi < row_len:
+            return r0, r1, c_lo, c_hi + 1
+        return r0, r1, 0, row_len
 
     @classmethod
     def row_major(cls, tensor: str, shape, offset: int = 0) -> "AccessPattern":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 
 import numpy as np
 
@@ -70,6 +71,10 @@ def _block_view(t: NkiTensor, k: int) -> NkiTensor:
     indexing them never looks like indexing the partition dim."""
     if k == 0:
         return t
+    spec = t.spec
+    if spec.on_chip and math.prod(spec.shape[1:k + 1]) > 1:
+        # Each block is allocated for its own live range, as the compiler allocates block tiles.
+        spec.block_bytes = math.prod(spec.shape[k + 1:]) * spec.np_dtype.itemsize
     dims = t.dims
     blocks = tuple((st if n != 1 else 0, n) for st, n in dims[1:k + 1])
     return NkiTensor(t.spec, t.offset, blocks + (dims[0],) + dims[k + 1:])
@@ -197,9 +202,9 @@ def shared_constant(constant, dtype=None, **kwargs):
     return _nl.shared_constant(constant, dtype=dtype)
 
 
-def shared_identity_matrix(n, dtype=np.float32, **kwargs):
-    """An n x n identity matrix in HBM."""
-    return _nl.shared_identity_matrix(n, dtype=dtype)
+def shared_identity_matrix(n, dtype=np.uint8, **kwargs):
+    """An n x n identity matrix in HBM (the old dialect's: a shared constant; default dtype uint8)."""
+    return _nl.shared_constant(np.eye(int(n)), dtype=dtype)
 
 
 def rand(shape, dtype=np.float32, **kwargs):

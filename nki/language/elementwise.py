@@ -8,6 +8,7 @@ import numpy as np
 
 from nki import isa as nisa
 from nki.language.memory import ndarray, sbuf
+from nki.language.wide import per_instruction
 from nki.ops import nki_op
 from nki.tensor import NkiTensor
 from simulator.errors import KernelRuleError
@@ -31,8 +32,7 @@ def _free(t: NkiTensor) -> int:
 def unary(act: str, x: NkiTensor, dtype=None) -> NkiTensor:
     """Apply activation ``act`` to tile ``x`` into a new SBUF tile."""
     out = ndarray(x.shape, result_dtype(x, dtype=dtype), buffer=sbuf, name=act)
-    nisa.activation(out, act, x)
-    return out
+    return per_instruction(nisa.activation, out, act, x)
 
 
 def binary(op: str, x, y, dtype=None) -> NkiTensor:
@@ -43,27 +43,22 @@ def binary(op: str, x, y, dtype=None) -> NkiTensor:
     if xt and yt:
         if x.shape == y.shape or (_free(x) == _free(y) and x.shape[0] == y.shape[0]):
             out = ndarray(x.shape, result_dtype(x, y, dtype=dtype), buffer=sbuf, name=op)
-            nisa.tensor_tensor(out, x, y, op)
-            return out
+            return per_instruction(nisa.tensor_tensor, out, x, y, op)
         if x.shape[0] == y.shape[0] and _free(y) == 1:
             out = ndarray(x.shape, result_dtype(x, y, dtype=dtype), buffer=sbuf, name=op)
-            nisa.tensor_scalar(out, x, op, y)
-            return out
+            return per_instruction(nisa.tensor_scalar, out, x, op, y)
         if x.shape[0] == y.shape[0] and _free(x) == 1:
             out = ndarray(y.shape, result_dtype(x, y, dtype=dtype), buffer=sbuf, name=op)
-            nisa.tensor_scalar(out, y, op, x, reverse0=True)
-            return out
+            return per_instruction(nisa.tensor_scalar, out, y, op, x, reverse0=True)
         raise KernelRuleError("shape-mismatch", f"nl.{op}: tiles of shapes {x.shape} and {y.shape} do not "
                               "broadcast on the engines (same shape, or a [P, 1] column; broadcast along "
                               "partitions with nl.broadcast_to first)", operand="y", shape=y.shape,
                               dtype=y.spec.dtype, buffer=y.buffer, loc=tracing.caller_loc())
     if xt:
         out = ndarray(x.shape, result_dtype(x, dtype=dtype), buffer=sbuf, name=op)
-        nisa.tensor_scalar(out, x, op, y)
-        return out
+        return per_instruction(nisa.tensor_scalar, out, x, op, y)
     out = ndarray(y.shape, result_dtype(y, dtype=dtype), buffer=sbuf, name=op)
-    nisa.tensor_scalar(out, y, op, x, reverse0=True)
-    return out
+    return per_instruction(nisa.tensor_scalar, out, y, op, x, reverse0=True)
 
 
 def _make_unary(name: str, act: str):
@@ -106,8 +101,7 @@ for _name, _op in BINARY.items():
 def reciprocal(x, dtype=None):
     """Elementwise 1/x of tile x [P, F...] on the Vector Engine; returns a new SBUF tile."""
     out = ndarray(x.shape, result_dtype(x, dtype=dtype), buffer=sbuf, name="reciprocal")
-    nisa.reciprocal(out, x)
-    return out
+    return per_instruction(nisa.reciprocal, out, x)
 
 
 @nki_op("logical_not")
@@ -128,8 +122,7 @@ def where(condition, x, y, dtype=None) -> NkiTensor:
     values = [t for t in (x, y) if isinstance(t, NkiTensor)] or [condition]
     out = ndarray(condition.shape, result_dtype(*values, dtype=dtype), buffer=sbuf, name="where")
     if isinstance(y, NkiTensor):
-        nisa.tensor_copy(out, y)
+        per_instruction(nisa.tensor_copy, out, y)
     else:
-        nisa.memset(out, y)
-    nisa.tensor_copy_predicated(out, x, condition)
-    return out
+        per_instruction(nisa.memset, out, y)
+    return per_instruction(nisa.tensor_copy_predicated, out, x, condition)

@@ -57,13 +57,13 @@ def shared_constant(constant, dtype=None) -> NkiTensor:
     return NkiTensor(spec)
 
 
-def shared_identity_matrix(n, dtype=np.float32, dst=None) -> NkiTensor:
-    """An n x n identity matrix in HBM (copied into ``dst`` when given)."""
+def shared_identity_matrix(n, dtype=np.uint8, dst=None) -> NkiTensor:
+    """An n x n identity matrix in SBUF, as AWS NKI documents it (n <= 128 partitions; default dtype
+    uint8), written into ``dst`` when given: a constant in HBM copied in by one DMA."""
     eye = shared_constant(np.eye(int(n)), dtype=dtype)
-    if dst is not None:
-        nisa.dma_copy(dst=dst, src=eye)
-        return dst
-    return eye
+    out = dst if dst is not None else ndarray((int(n), int(n)), eye.dtype, buffer=sbuf, name="identity")
+    nisa.dma_copy(dst=out, src=eye)
+    return out
 
 
 def rand(shape, dtype, buffer=None, name=None) -> NkiTensor:

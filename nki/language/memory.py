@@ -9,6 +9,7 @@ from nki import isa as nisa
 from nki import tracing
 from nki.dtypes import dtype_of
 from nki.ops import nki_op
+from nki.language.wide import per_instruction
 from nki.tensor import NkiTensor
 from simulator.errors import KernelRuleError
 from simulator.targets import get_target
@@ -144,7 +145,7 @@ def full(shape, fill_value, dtype, buffer=None, name=None) -> NkiTensor:
         raise KernelRuleError("engine-buffer", "nl.zeros/ones/full make on-chip tiles; fill an HBM tensor by "
                               "storing a tile", operand=t.name, shape=t.shape, buffer=t.buffer,
                               loc=tracing.caller_loc())
-    nisa.memset(t, fill_value)
+    per_instruction(nisa.memset, t, fill_value)
     return t
 
 
@@ -233,10 +234,10 @@ def _assign(dst: NkiTensor, value) -> None:
     if isinstance(value, NkiTensor) and value.to_ap() == dst.to_ap():
         return  # ``t[k] += x`` assigns the updated view to itself
     if not isinstance(value, NkiTensor):
-        nisa.memset(dst, value)
+        per_instruction(nisa.memset, dst, value)
     elif tracing.require("assignment").write_in_place(value.to_ap(), dst.to_ap()):
         value.spec, value.offset, value.dims = dst.spec, dst.offset, dst.dims  # later reads see dst
     elif dst.spec.on_chip and value.spec.on_chip:
-        nisa.tensor_copy(dst, value)
+        per_instruction(nisa.tensor_copy, dst, value)
     else:
         nisa.dma_copy(dst=dst, src=value)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import pytest
 
 import neuronxcc.nki as old_nki
 import neuronxcc.nki.language as old_nl
@@ -71,3 +72,64 @@ def test_tensor_copy_dtype_rounds_through_it():
     np.testing.assert_array_equal(copy_with_dtype(x, nl.float32), x)
     same = [i for i in copy_with_dtype.trace(x, nl.float32).instructions if i.opcode == "tensor_copy"]
     assert same and "dtype" not in same[0].attrs   # the destination's own dtype changes nothing
+
+
+@nki.jit
+def five_free_dims(x):
+    """exp and add over a [4, 2, 2, 2, 2, 2] view whose free dims cannot merge (every dim is sliced)."""
+    out = nl.ndarray((4, 2, 2, 2, 2, 2), nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    v = t[:, 0:2, 0:2, 0:2, 0:2, 0:2]
+    nl.store(out, nl.add(nl.exp(v), v))
+    return out
+
+
+def test_nl_expressions_over_more_than_four_free_dims_are_split():
+    x = RNG.random((4, 3, 3, 3, 3, 3)).astype(np.float32)
+    v = x[:, :2, :2, :2, :2, :2]
+    np.testing.assert_allclose(five_free_dims(x), np.exp(v) + v, rtol=1e-6)
+    prog = five_free_dims.trace(x)
+    acts = [i for i in prog.instructions if i.opcode == "activation"]
+    assert len(acts) == 2
+    assert all(len(ap.dims) - 1 <= 4 for i in prog.instructions if i.opcode != "dma_copy"
+               for ap in (*i.dst.values(), *i.src.values()))
+
+
+def test_an_isa_instruction_over_five_free_dims_is_refused():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((4, 2, 2, 2, 2, 2), nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        r = nl.ndarray((4, 2, 2, 2, 2, 2), nl.float32, buffer=nl.sbuf)
+        nisa.activation(r, nl.exp, t[:, 0:2, 0:2, 0:2, 0:2, 0:2])
+        nl.store(out, r)
+        return out
+    with pytest.raises(nki.KernelRuleError, match="access-pattern-dims"):
+        k(RNG.random((4, 3, 3, 3, 3, 3)).astype(np.float32))
+
+
+def test_shared_identity_matrix_lives_in_sbuf():
+    """AWS NKI: "an identity matrix in SBUF" (default dtype uint8); it feeds the Tensor Engine directly.
+    The old dialect's is a shared constant in HBM, loaded like one."""
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+        eye = nl.shared_identity_matrix(n=x.shape[0], dtype=nl.float32)
+        assert eye.buffer == "sbuf" and nl.shared_identity_matrix(4).dtype == np.uint8
+        mine = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        assert nl.shared_identity_matrix(x.shape[0], dtype=nl.float32, dst=mine) is mine
+        p = nl.ndarray(x.shape, nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(p, eye, nl.load(x))           # I.T @ x = x
+        nl.store(out, nl.add(p, mine))               # ... + I
+        return out
+
+    @old_nki.jit
+    def old(x):
+        out = old_nl.ndarray(x.shape, dtype=old_nl.float32, buffer=old_nl.shared_hbm)
+        eye = old_nl.shared_identity_matrix(x.shape[0], dtype=old_nl.float32)
+        assert eye.buffer == "shared_hbm"
+        old_nl.store(out, value=old_nl.load(eye))
+        return out
+    x = RNG.random((32, 32)).astype(np.float32)
+    np.testing.assert_allclose(k(x), x + np.eye(32), rtol=1e-6)
+    np.testing.assert_array_equal(old(x), np.eye(32))

@@ -149,6 +149,29 @@ def test_address_reuse_creates_a_false_dependency():
     assert apart.start[2] == 0.0 and apart.waits[2] == ()
 
 
+def _blocks_program(block_addresses):
+    """A tensor of two 256 B blocks: block 0 written then read by the Scalar Engine, block 1 written by
+    GpSimd; whether the last write waits depends only on where the blocks were placed."""
+    t = TensorSpec("blk", (128, 2, 64), "float32", "sbuf", address=block_addresses[0], block_bytes=256,
+                   block_addresses=block_addresses)
+    out = _tile("out", 4096)
+    b0, b1 = (AccessPattern("blk", b * 64, ((128, 128), (1, 64))) for b in (0, 1))
+    prog = Program("blocks", {"blk": t, "out": out}, meta={"target": "trn2"})
+    prog.instructions = [
+        Instruction("memset", "vector", {"dst": b0}, {}, {"value": 1.0}),
+        Instruction("activation", "scalar", {"dst": _ap(out)}, {"data": b0}, {"op": "exp"}),
+        Instruction("memset", "gpsimd", {"dst": b1}, {}, {"value": 2.0}),
+    ]
+    return prog
+
+
+def test_blocks_depend_through_their_own_addresses():
+    shared = schedule(_blocks_program((0, 0)))       # block 1 placed where block 0 was: a false dependency
+    apart = schedule(_blocks_program((0, 8192)))
+    assert 1 in shared.waits[2] and shared.start[2] >= shared.end[1]
+    assert apart.start[2] == 0.0 and apart.waits[2] == ()
+
+
 def test_partition_halves_are_independent():
     a = _tile("a", 0)
     lo = AccessPattern("a", 0, ((64, 64), (1, 64)))

@@ -50,6 +50,20 @@ def test_round_trip_keeps_everything():
     assert q.tensors["t"].address == 128 and q.loops[0].kind == "affine"
 
 
+def test_block_allocation_round_trips():
+    spec = TensorSpec("qk", (128, 4, 512), "float32", "psum", block_bytes=2048, block_addresses=(0, 4096, 2048, 0))
+    assert spec.blocks == 4 and TensorSpec("t", (128, 8), "float32", "sbuf").blocks == 1
+    back = TensorSpec.from_json(json.loads(json.dumps(spec.to_json())))
+    assert back == spec and "block_bytes" not in TensorSpec("t", (1,), "float32", "sbuf").to_json()
+
+
+def test_box_covers_an_access_pattern_per_row():
+    row = 16   # elements per partition
+    assert AccessPattern("t", 2 * row + 3, ((1, 5),)).box(row) == (2, 3, 3, 8)          # inside one row
+    assert AccessPattern("t", 4, ((row, 3), (1, 4))).box(row) == (0, 3, 4, 8)           # same columns, 3 rows
+    assert AccessPattern("t", 12, ((row, 2), (1, 8))).box(row) == (0, 3, 0, row)        # wraps: whole rows
+
+
 def test_save_and_load(tmp_path):
     p = small_program()
     path = p.save(tmp_path / "sub" / "k.nkiprog")
