@@ -1,0 +1,76 @@
+"""Every library kernel's ``layers`` module follows Hugging Face kernels' rules for a kernelize layer (an
+nn.Module with a forward whose signature matches the replaced class, no __init__, no members but the two
+flags), and nkihub's LayerRepository names take the arguments of theirs."""
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+import torch
+from torch import nn
+
+transformers = pytest.importorskip("transformers")
+
+from kernels.layers import LayerRepository, LocalLayerRepository, Mode, kernelize, use_kernel_mapping  # noqa: E402
+from kernels.library import LIBRARY  # noqa: E402
+from kernels.torch_ops import count_calls  # noqa: E402
+
+vit = importlib.import_module("transformers.models.vit.modeling_vit")
+REPLACES = {"ViTAttention": vit.ViTAttention, "ViTMLP": vit.ViTMLP, "ViTLayer": vit.ViTLayer,
+            "LayerNorm": nn.LayerNorm, "RMSNorm": nn.RMSNorm, "Softmax": nn.Softmax, "Linear": nn.Linear}
+
+
+@pytest.mark.parametrize("repo", sorted(LIBRARY))
+def test_layers_follow_hugging_face_rules(repo):
+    kernel = importlib.import_module(LIBRARY[repo])
+    names = kernel.layers.__all__
+    assert names
+    for name in names:
+        layer = getattr(kernel.layers, name)
+        assert issubclass(layer, nn.Module) and layer.__init__ is nn.Module.__init__
+        extra = {n for n, _ in inspect.getmembers(layer)} - {n for n, _ in inspect.getmembers(nn.Module)}
+        assert extra <= {"can_torch_compile", "has_backward"}, extra
+        ours = [p.kind for p in inspect.signature(layer.forward).parameters.values()]
+        theirs = [p.kind for p in inspect.signature(REPLACES[name].forward).parameters.values()]
+        assert ours == theirs
+
+
+def test_matmul_rmsnorm_softmax_layers_compute_like_the_modules_they_replace():
+    x = torch.randn(3, 5, 64)
+    for repo, module in (("neuron/matmul", nn.Linear(64, 32)), ("neuron/rmsnorm", nn.RMSNorm(64, eps=1e-6)),
+                         ("neuron/softmax", nn.Softmax(dim=-1))):
+        kernel = importlib.import_module(LIBRARY[repo])
+        layer = getattr(kernel.layers, kernel.layers.__all__[0])
+        with torch.no_grad(), count_calls() as calls:
+            got = layer.forward(module, x)
+            want = module(x)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        assert sum(calls.values()) >= 1, repo
+
+
+def test_layer_repository_takes_hugging_face_arguments(kernels_env, tmp_path):
+    """A mapping written for Hugging Face kernels (LayerRepository with version and trust_remote_code, a
+    "cuda" entry) kernelizes a ViTMLP with neuron/gelu-mlp fetched from the Hub, unchanged."""
+    import kernels
+    from huggingface_hub import snapshot_download
+
+    kernels.publish_kernel(importlib.import_module(LIBRARY["neuron/gelu-mlp"]).__file__.rsplit("/", 1)[0],
+                           "neuron/gelu-mlp", endpoint=kernels_env.url)
+    torch.manual_seed(0)
+    mlp = vit.ViTMLP(transformers.ViTConfig(hidden_size=64, intermediate_size=128)).eval()
+    x = torch.randn(1, 5, 64)
+    with torch.no_grad():
+        want = mlp(x)
+    repo = LayerRepository("neuron/gelu-mlp", layer_name="ViTMLP", version=1, trust_remote_code=True)
+    mapping = {"ViTMLP": {"cuda": LayerRepository("kernels-community/other", layer_name="X", version=1),
+                          "cpu": {Mode.INFERENCE: repo}}}
+    with use_kernel_mapping(mapping, inherit_mapping=False):
+        kernelize(mlp, mode=Mode.INFERENCE, device="cpu")
+    assert [d.status for d in mlp.kernelize_report.decisions] == ["replaced"]
+    with torch.no_grad():
+        torch.testing.assert_close(mlp(x), want, atol=1e-4, rtol=1e-4)
+    snap = snapshot_download("neuron/gelu-mlp", repo_type="kernel", revision="v1", endpoint=kernels_env.url,
+                             local_dir=tmp_path / "snap")
+    local = LocalLayerRepository(snap, layer_name="ViTMLP")  # no package_name, as theirs
+    assert local.load().layers.ViTMLP.__name__ == "ViTMLP"
