@@ -133,15 +133,18 @@ class LibraryLayerRepository(LayerRepository):
 
 
 # ---- marking layers and mappings ---------------------------------------------------------------------
-def replace_kernel_forward_from_hub(cls, layer_name: str):
-    """Make ``cls`` kernelizable under ``layer_name`` (for classes you cannot decorate)."""
+def replace_kernel_forward_from_hub(cls, layer_name: str, condition=None):
+    """Make ``cls`` kernelizable under ``layer_name`` (for classes you cannot decorate). ``condition``
+    (as in Hugging Face kernels): called with each module at kernelize time; False keeps its forward."""
     cls.kernel_layer_name = layer_name
+    # staticmethod: looked up through an instance it must not bind (it takes the module as its argument)
+    cls.kernel_condition = staticmethod(condition if condition is not None else lambda module: True)
 
 
-def use_kernel_forward_from_hub(layer_name: str):
-    """Class decorator: make a layer kernelizable under ``layer_name``."""
+def use_kernel_forward_from_hub(layer_name: str, condition=None):
+    """Class decorator: make a layer kernelizable under ``layer_name`` (``condition`` as above)."""
     def decorator(cls):
-        replace_kernel_forward_from_hub(cls, layer_name)
+        replace_kernel_forward_from_hub(cls, layer_name, condition)
         return cls
     return decorator
 
@@ -330,6 +333,11 @@ def kernelize(model, *, mode: Mode, device=None, use_fallback: bool = True):
         if parent is not None:
             decisions.append(LayerDecision(where, layer_name, cls.__name__, "covered", None,
                                            f"inside replaced {parent or '<root>'}"))
+            continue
+        condition = getattr(cls, "kernel_condition", None)
+        if condition is not None and not condition(module):
+            decisions.append(LayerDecision(where, layer_name, cls.__name__, "fallback", None,
+                                           "its kernel_condition is false for this module"))
             continue
         try:
             layer, repo = _decide(module, layer_name, mapping, mode, device_type)

@@ -74,3 +74,32 @@ def test_layer_repository_takes_hugging_face_arguments(kernels_env, tmp_path):
                              local_dir=tmp_path / "snap")
     local = LocalLayerRepository(snap, layer_name="ViTMLP")  # no package_name, as theirs
     assert local.load().layers.ViTMLP.__name__ == "ViTMLP"
+
+
+def test_a_layer_condition_keeps_the_modules_it_rejects():
+    """use_kernel_forward_from_hub(name, condition=...) as in Hugging Face kernels: modules for which the
+    condition is false keep their own forward, and the report says why."""
+    from kernels.layers import use_kernel_forward_from_hub
+
+    @use_kernel_forward_from_hub("Scale", condition=lambda module: module.factor == 2)
+    class Scale(nn.Module):
+        def __init__(self, factor):
+            super().__init__()
+            self.factor = factor
+
+        def forward(self, x):
+            return x * self.factor
+
+    class Repo:
+        layer_name = "Scale"
+
+        def load(self):
+            layer = type("Scale", (nn.Module,), {"forward": lambda self, x: x * self.factor + 100})
+            return type("K", (), {"layers": type("L", (), {"Scale": layer})})
+
+    model = nn.Sequential(Scale(2), Scale(3))
+    with use_kernel_mapping({"Scale": {"cpu": Repo()}}, inherit_mapping=False):
+        kernelize(model, mode=Mode.INFERENCE, device="cpu")
+    x = torch.ones(1)
+    assert model[0](x).item() == 102 and model[1](x).item() == 3
+    assert "kernel_condition is false" in model.kernelize_report.rejected[0].reason
