@@ -46,9 +46,9 @@ def _loc_at(code, filename: str, lasti: int, lineno: int) -> SourceLoc:
 
 
 def caller_loc() -> SourceLoc | None:
-    """The first frame outside nki/simulator: the kernel line being traced."""
+    """The first frame outside nki/simulator (and the import machinery): the kernel line being traced."""
     frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):
+    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL + ("<frozen importlib",)):
         frame = frame.f_back
     if frame is None:
         return None

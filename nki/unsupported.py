@@ -13,6 +13,7 @@ from __future__ import annotations
 import dis
 import functools
 import importlib
+import importlib.abc
 import sys
 
 from nki import tracing
@@ -43,9 +44,11 @@ def _documented() -> dict[str, frozenset]:
 
 
 def why(module: str, name: str) -> str:
-    """The reason AWS NKI's ``module.name`` is not simulated (from the coverage table)."""
+    """The reason AWS NKI's ``module.name`` (or module ``module`` when ``name`` is empty) is not
+    simulated (from the coverage table)."""
     coverage = _coverage()
-    return coverage.GAPS.get(f"{module}.{name}") or coverage.GAPS.get(module) or "not implemented yet"
+    key = f"{module}.{name}" if name else module
+    return coverage.GAPS.get(key) or coverage.GAPS.get(module) or "not implemented yet"
 
 
 def not_simulated(what: str, reason: str) -> NotSimulatedError:
@@ -72,6 +75,24 @@ def missing(module: str, name: str, importing: bool = False) -> Exception:
     if importing:
         return ImportError(f"cannot import name '{name}' from '{module}'", name=module)
     return AttributeError(f"module '{module}' has no attribute '{name}'")
+
+
+class _DocumentedModules(importlib.abc.MetaPathFinder):
+    """Last on ``sys.meta_path``: an import of an AWS NKI module nkihub lacks (``import nki.collectives``)
+    fails saying so at the importing line, instead of a bare ModuleNotFoundError."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not fullname.startswith(("nki.", "neuronxcc.nki.")):
+            return None
+        documented = _documented()
+        if fullname in documented or any(m.startswith(fullname + ".") for m in documented):
+            raise NotSimulatedImport(f"{fullname} is part of AWS NKI but nkihub does not simulate it: "
+                                     f"{why(fullname, '')}", rule="not-simulated", loc=tracing.caller_loc())
+        return None
+
+
+if not any(isinstance(f, _DocumentedModules) for f in sys.meta_path):
+    sys.meta_path.append(_DocumentedModules())
 
 
 def module_getattr(module: str):

@@ -84,3 +84,16 @@ def test_a_launch_grid_without_programs_is_an_error(grid):
     old = old_nki.jit(k.fn)
     with pytest.raises(KernelRuleError, match="launch-grid"):
         old[grid](X)
+
+
+def test_an_import_of_a_documented_module_nkihub_lacks_says_so(monkeypatch):
+    from nki import unsupported
+    documented = dict(unsupported._documented())
+    documented["nki.not_here_yet"] = frozenset({"f"})
+    monkeypatch.setattr(unsupported, "_documented", lambda: documented)
+    with pytest.raises(ImportError) as info:
+        import nki.not_here_yet  # noqa: F401
+    assert isinstance(info.value, NotSimulatedError) and info.value.loc.file == __file__
+    assert "nki.not_here_yet is part of AWS NKI" in str(info.value)
+    with pytest.raises(ModuleNotFoundError):
+        import nki.not_documented_anywhere  # noqa: F401
