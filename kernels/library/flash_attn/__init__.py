@@ -4,7 +4,8 @@
     out, lse = flash_attention_with_lse(q, k, v, causal=False, scale=None)
 
 q (..., Hq, Sq, D), k and v (..., Hkv, Sk, D) as torch's scaled_dot_product_attention, bf16 or fp32;
-GQA/MQA when Hq is a multiple of Hkv; D <= 128; any sequence lengths. Both functions are torch custom ops
+GQA/MQA when Hq is a multiple of Hkv; any head dim D from 1 to 256; any sequence lengths (the backward
+keeps a head in SBUF: see check_bwd_fits). Both functions are torch custom ops
 (``ops``) with fake implementations and autograd through the backward kernel.
 """
 import torch
@@ -20,7 +21,7 @@ __all__ = ["flash_attention", "flash_attention_with_lse", "ops", "__version__"]
 
 _lib = OpLibrary("flash_attn", __version__, __file__)
 ops = _lib.ops
-MAX_HEAD_DIM = 128
+MAX_HEAD_DIM = 256
 
 
 def check_inputs(q, k, v, causal=False, scale=None) -> float:
@@ -39,7 +40,7 @@ def check_inputs(q, k, v, causal=False, scale=None) -> float:
     if k.shape[-1] != d:
         raise ValueError(f"'k' head dim {k.shape[-1]} differs from the head dim of 'q' ({d})")
     if d > MAX_HEAD_DIM:
-        raise ValueError(f"'q' head dim {d} is not supported (at most {MAX_HEAD_DIM})")
+        raise ValueError(f"'q' head dim {d} is not supported (1 to {MAX_HEAD_DIM})")
     if q.shape[-3] % k.shape[-3]:
         raise ValueError(f"'k' has {k.shape[-3]} heads, which does not divide the {q.shape[-3]} heads of "
                          "'q' (GQA needs Hq % Hkv == 0)")
@@ -94,7 +95,7 @@ _fwd.register_autograd(_backward, setup_context=_setup_context)
 def flash_attention_with_lse(q, k, v, causal=False, scale=None):
     """Flash attention returning (out, lse).
 
-    q (..., Hq, Sq, D), k/v (..., Hkv, Sk, D), bf16 or fp32, Hq % Hkv == 0, D <= 128. ``scale`` defaults
+    q (..., Hq, Sq, D), k/v (..., Hkv, Sk, D), bf16 or fp32, Hq % Hkv == 0, D <= 256. ``scale`` defaults
     to 1/sqrt(D); ``causal`` keeps key j <= query i (top-left aligned, like torch's is_causal).
     Returns out (..., Hq, Sq, D) in q's dtype and lse (..., Hq, Sq) fp32 = logsumexp(scale * q k^T).
     Differentiable in q, k, v (the backward kernel), also through lse.

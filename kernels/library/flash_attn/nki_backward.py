@@ -21,7 +21,9 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-from .nki_kernels import BANK, NEG, P, Ring, row_tiles
+from kernels.library.vit_attn.nki_kernels import psum_width
+
+from .nki_kernels import BANK, NEG, P, Ring, qk_matmul, row_tiles, transpose_head, transposed_ring
 
 AHEAD_A, AHEAD_B, AHEAD_C = 3, 2, 1   # pipeline distances (steps ahead of D); E and F trail by 1 and 2
 BEHIND_E, BEHIND_F = 1, 2
@@ -30,8 +32,20 @@ BEHIND_E, BEHIND_F = 1, 2
 PREPARE_AT = AHEAD_A + BEHIND_F
 # Working rings [128, slots, cols]: name, columns, fp32 (else the input dtype), slots (the pipeline distance
 # the buffer lives, plus two).
-WORK_RINGS = (("p", BANK, False, AHEAD_B + 2), ("t", BANK, True, AHEAD_B - AHEAD_C + 2),
-              ("ds", BANK, False, AHEAD_C + 2), ("dsT", BANK, False, BEHIND_F - BEHIND_E + 2))
+# D > 128 ("wide"): dK + dV take 4 PSUM banks, so dS^T has one PSUM slot (shared with the head
+# transposes) and stage E runs right behind D in the same step
+WIDE_BEHIND_E = 0
+
+
+def behind_e(d):
+    """Pipeline distance of stage E for head dim d."""
+    return WIDE_BEHIND_E if d > P else BEHIND_E
+
+
+def work_rings(d):
+    """The working rings for head dim d: (name, columns, fp32, slots)."""
+    return (("p", BANK, False, AHEAD_B + 2), ("t", BANK, True, AHEAD_B - AHEAD_C + 2),
+            ("ds", BANK, False, AHEAD_C + 2), ("dsT", BANK, False, BEHIND_F - behind_e(d) + 2))
 
 
 def head_slots(sq, sk, causal, group):
@@ -49,12 +63,12 @@ def bwd_sbuf_bytes(sq, sk, d, group, itemsize, causal=False):
     """SBUF bytes per partition the backward kernel allocates for (Sq, Sk, D), its group size and input
     itemsize: per kv-head slot K, V (then dV), dK out, K^T, V^T; per q-head slot Q (then dQ), dO, Q^T,
     dO^T, the fp32 dQ accumulator and two columns; O once; the group's fp32 dK/dV sums; the working rings."""
-    nqt, nkt = len(row_tiles(sq)), len(row_tiles(sk))
+    nqt, nkt, ndc = len(row_tiles(sq)), len(row_tiles(sk)), len(row_tiles(d))
     q_slots, kv_slots = head_slots(sq, sk, causal, group)
-    kv = kv_slots * (3 * nkt * d * itemsize + 2 * sk * itemsize)
-    qh = q_slots * (2 * nqt * d * itemsize + 2 * sq * itemsize + nqt * d * 4 + 2 * nqt * 4) + nqt * d * itemsize
+    kv = kv_slots * (3 * nkt * d * itemsize + 2 * ndc * sk * itemsize)
+    qh = q_slots * (2 * nqt * d * itemsize + 2 * ndc * sq * itemsize + nqt * d * 4 + 2 * nqt * 4) + nqt * d * itemsize
     acc = kv_slots * 2 * nkt * d * 4 if group > 1 else 0
-    work = sum(slots * cols * (4 if f32 else itemsize) for _, cols, f32, slots in WORK_RINGS)
+    work = sum(slots * cols * (4 if f32 else itemsize) for _, cols, f32, slots in work_rings(d))
     keys = {m for _, _, live in schedule(sq, sk, causal) for *_, m in live if m is not None}
     masks = (sum(k[3] for k in keys) + max(k[3] for k in keys)) * 4 if keys else 0   # and their zeros
     small = 3 * d * 4 + 2 * d * 4 + 4 * 4 + masks
@@ -191,12 +205,10 @@ def stage_a(st, ctx):
     """S and dP for the step (one matmul each), the causal mask on the diagonal."""
     hd, r, bw = st.head, st.r, st.bw
     st.s, st.dp = ctx["s"].next(), ctx["dp"].next()
-    nisa.nc_matmul(dst=st.s[:r, :bw], stationary=hd["qT"][:, st.q0:st.q0 + r], moving=hd["kT"][:, st.kb:st.kb + bw],
-                   accumulate=False)
+    qk_matmul(st.s[:r, :bw], hd["qT"], hd["kT"], ctx["d"], st.q0, r, st.kb, bw)
     if st.mask is not None:
         nisa.tensor_tensor(dst=st.s[:r, :bw], data1=st.s[:r, :bw], data2=ctx["masks"][st.mask][:r, :bw], op=nl.add)
-    nisa.nc_matmul(dst=st.dp[:r, :bw], stationary=hd["doT"][:, st.q0:st.q0 + r],
-                   moving=hd["vT"][:, st.kb:st.kb + bw], accumulate=False)
+    qk_matmul(st.dp[:r, :bw], hd["doT"], hd["vT"], ctx["d"], st.q0, r, st.kb, bw)
 
 
 def stage_b(st, ctx):
@@ -321,40 +333,47 @@ def flash_bwd_kernel(q, k, v, o, do, lse, dlse, causal, scale):
     nqt = len(qtiles)
     plan = schedule(sq, sk, causal)
     masks = causal_masks({m for _, _, live in plan for *_, m in live if m is not None})
+    # dK and dV of a key block: [128 keys, 4 key tiles, D padded to a power of two] fp32, so a key tile's
+    # matmul output never straddles a PSUM bank; 2 banks up to D 128, 4 banks up to D 256
+    dpad = psum_width(d)
+    wide = dpad > P
     ctx = {
         "d": d, "sq": sq, "sk": sk, "causal": causal, "scale": scale, "group": group, "masks": masks,
-        # PSUM (8 banks): S 1, dP 1, dS^T 2, head transposes 1, dK + dV 2, dQ half a bank
-        # (S and dP are read by stage B of the next step before stage A writes again: one slot each)
+        # PSUM (8 banks): S 1, dP 1, dS^T 2, head transposes 1, dK + dV 2, dQ at most one bank
+        # (S and dP are read by stage B of the next step before stage A writes again: one slot each);
+        # D > 128: dK + dV take 4 banks, so dS^T keeps one slot (stage E right behind D, see behind_e)
+        # and the head transposes share it
         "s": Ring((P, BANK), nl.float32, nl.psum, 1, "s_psum"),
         "dp": Ring((P, BANK), nl.float32, nl.psum, 1, "dp_psum"),
-        "tp": Ring((P, BANK), nl.float32, nl.psum, 2, "tp_psum"),
-        "head_tp": Ring((P, BANK), nl.float32, nl.psum, 1, "head_tp_psum"),
+        "tp": Ring((P, BANK), nl.float32, nl.psum, 1 if wide else 2, "tp_psum"),
         "dq_ps": Ring((P, d), nl.float32, nl.psum, 2, "dq_psum"),
     }
-    for name, cols, f32, slots in WORK_RINGS:
+    lag_e = behind_e(d)
+    ctx["head_tp"] = ctx["tp"] if wide else Ring((P, BANK), nl.float32, nl.psum, 1, "head_tp_psum")
+    for name, cols, f32, slots in work_rings(d):
         ctx[name] = Ring((P, cols), nl.float32 if f32 else dtype, nl.sbuf, slots, name)
-    dkv_ps = Ring((P, 2, BANK // P, d), nl.float32, nl.psum, 1, "dkv_psum")
+    dkv_ps = Ring((P, 2, BANK // P, dpad), nl.float32, nl.psum, 1, "dkv_psum")
     q_slots, kv_slots = head_slots(sq, sk, causal, group)
     kv_names = ("k", "v", "kT", "vT", "dk_out", "dk_acc", "dv_acc")
     rings = {name: Ring(shape, dt, nl.sbuf, kv_slots if name in kv_names else q_slots, name)
              for name, shape, dt in (
-        ("k", (P, nkt, d), dtype), ("v", (P, nkt, d), dtype), ("kT", (d, sk), dtype), ("vT", (d, sk), dtype),
+        ("k", (P, nkt, d), dtype), ("v", (P, nkt, d), dtype),
         ("dk_out", (P, nkt, d), dtype),
         ("q", (P, nqt, d), dtype), ("do", (P, nqt, d), dtype),
-        ("qT", (d, sq), dtype), ("doT", (d, sq), dtype), ("dq_acc", (P, nqt, d), nl.float32),
+        ("dq_acc", (P, nqt, d), nl.float32),
         ("nlse", (P, nqt), nl.float32), ("ndelta", (P, nqt), nl.float32))
              + ((("dk_acc", (P, nkt, d), nl.float32), ("dv_acc", (P, nkt, d), nl.float32)) if group > 1 else ())}
     o_sb = nl.ndarray((P, nqt, d), dtype=dtype, buffer=nl.sbuf, name="o")   # only read while a head is prepared
     ctx["prod"] = Ring((P, d), nl.float32, nl.sbuf, 2, "do_o")
     ctx["dot"] = Ring((P, 1), nl.float32, nl.sbuf, 2, "do_o_sum")
 
+    for name, n in (("kT", sk), ("vT", sk)):
+        rings[name] = transposed_ring(d, n, dtype, kv_slots, name)
+    for name, n in (("qT", sq), ("doT", sq)):
+        rings[name] = transposed_ring(d, n, dtype, q_slots, name)
+
     def transpose_into(rows, n, dst, scale_by):
-        for c0 in range(0, n, BANK):
-            w = min(BANK, n - c0)
-            t = ctx["head_tp"].next()
-            for s0, rr in row_tiles(w):
-                nisa.nc_transpose(dst=t[:d, s0:s0 + rr], data=rows[:rr, (c0 + s0) // P, :])
-            nisa.activation(dst=dst[:, c0:c0 + w], op=nl.copy, data=t[:d, :w], scale=scale_by)
+        transpose_head(rows, row_tiles(n), d, dst, ctx["head_tp"], scale_by)
 
     def columns(src, dst, negate):
         """src (Sq,) fp32 (HBM) -> dst [128, nqt] (column i = q tile i), negated on GpSimd if asked."""
@@ -425,7 +444,7 @@ def flash_bwd_kernel(q, k, v, o, do, lse, dlse, causal, scale):
                 block = {"kv": hd["kv"], "g": g, "kb": kb, "bw": block_bw, "started": {},
                          "store": g == group - 1 and kb == last_block}
                 pair = dkv_ps.next()
-                block["dv"], block["dk"] = pair[:, 0], pair[:, 1]
+                block["dv"], block["dk"] = pair[:, 0, :, :d], pair[:, 1, :, :d]
                 for n_i, (i, bw, last_kb, mask) in enumerate(live):
                     q0, r = qtiles[i]
                     st = Step(hd, i, q0, r, kb, bw, kb == 0, last_kb, block, mask)
@@ -456,8 +475,8 @@ def flash_bwd_kernel(q, k, v, o, do, lse, dlse, causal, scale):
         cur = step(n) if n >= 0 else None
         if cur is not None:
             stage_d(cur, ctx)
-        if n - BEHIND_E >= 0 and step(n - BEHIND_E) is not None:
-            stage_e(step(n - BEHIND_E), ctx)
+        if n - lag_e >= 0 and step(n - lag_e) is not None:
+            stage_e(step(n - lag_e), ctx)
         if n - BEHIND_F >= 0 and step(n - BEHIND_F) is not None:
             stage_f(step(n - BEHIND_F), ctx, dq)
         # C, B, A in this order: each reads what the next one overwrites in a one-slot ring

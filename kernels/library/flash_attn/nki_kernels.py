@@ -2,7 +2,8 @@
 nki_backward (re-exported here as flash_bwd_kernel).
 
 Layout: q, o, do are (B, Hq, Sq, D), k, v are (B, Hkv, Sk, D) in HBM (torch's scaled_dot_product_attention
-layout); GQA/MQA when Hq is a multiple of Hkv. lse is (B, Hq, Sq) fp32, natural log of the row sums of
+layout); GQA/MQA when Hq is a multiple of Hkv; any D up to 256 (over 128 split on partitions, see
+vit_attn's d_chunks). lse is (B, Hq, Sq) fp32, natural log of the row sums of
 exp(scale * q k^T) (masked), i.e. out = softmax(scale * q k^T) v and lse = logsumexp(scale * q k^T).
 
 Forward, per (batch, kv head): K and V are loaded once and K is transposed on the Tensor Engine into K^T
@@ -15,7 +16,9 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-from kernels.library.vit_attn.nki_kernels import Ring  # noqa: F401  (also used by nki_backward)
+# shared with vit-attn (nki_backward uses them too): rings, the head-dim chunks on partitions (D > 128 is
+# split in two and contractions over D accumulate), head transposes and Q K^T over the chunks
+from kernels.library.vit_attn.nki_kernels import Ring, d_chunks, qk_matmul, transpose_head, transposed_ring  # noqa: F401
 
 P = 128            # partitions: q rows per tile and keys per P^T tile
 BANK = 512         # fp32 columns in one PSUM bank: keys per S matmul
@@ -27,31 +30,6 @@ AHEAD_T, AHEAD_E, AHEAD_S = 1, 3, 4   # pipeline distances (blocks ahead of P V)
 def row_tiles(n):
     """[(start, rows)] covering n rows in tiles of 128 (the last one partial)."""
     return [(s, min(P, n - s)) for s in range(0, n, P)]
-
-
-def load_rows(src, n, dtype, name):
-    """SBUF tile [128, ntiles, D] holding src [n, D] (HBM) with row r at partition r % 128 of tile r // 128;
-    one DMA per tile (the partial last tile fills its first partitions only)."""
-    tiles = row_tiles(n)
-    t = nl.ndarray((P, len(tiles), src.shape[1]), dtype=dtype, buffer=nl.sbuf, name=name)
-    for i, (s, r) in enumerate(tiles):
-        nisa.dma_copy(dst=t[:r, i, :], src=src[s:s + r, :])
-    return t
-
-
-def transpose_rows(x_sb, n, dtype, scale=None, name="xT"):
-    """x_sb [128, ntiles, D] (rows n) -> SBUF [D, n] in ``dtype``: Tensor Engine transposes of 128-row tiles,
-    four per PSUM bank, then one PSUM-to-SBUF copy per bank on the Scalar Engine (which applies ``scale``
-    for free)."""
-    d = x_sb.shape[2]
-    xT = nl.ndarray((d, n), dtype=dtype, buffer=nl.sbuf, name=name)
-    for c0 in range(0, n, BANK):
-        w = min(BANK, n - c0)
-        tp = nl.ndarray((d, BANK), dtype=nl.float32, buffer=nl.psum, name="tp_psum")
-        for s, r in row_tiles(w):
-            nisa.nc_transpose(dst=tp[:, s:s + r], data=x_sb[:r, (c0 + s) // P, :])
-        nisa.activation(dst=xT[:, c0:c0 + w], op=nl.copy, data=tp[:, :w], scale=1.0 if scale is None else scale)
-    return xT
 
 
 def causal_mask(dtype=nl.float32):
@@ -78,8 +56,7 @@ def stage_scores(blk, ctx):
     blk.st = ctx["stats"].next()      # [P, 5] fp32: block -max, running -max, block sum, running sum, alpha
     for c0 in range(0, bw, BANK):
         cw = min(BANK, bw - c0)
-        nisa.nc_matmul(dst=blk.s[:r, c0:c0 + cw], stationary=blk.head["qT"][:, blk.q0:blk.q0 + r],
-                       moving=blk.head["kT"][:, blk.b0 + c0:blk.b0 + c0 + cw], accumulate=False)
+        qk_matmul(blk.s[:r, c0:c0 + cw], blk.head["qT"], blk.head["kT"], ctx["d"], blk.q0, r, blk.b0 + c0, cw)
     if ctx["causal"] and blk.b0 + bw > blk.q0:
         lo = blk.q0 - blk.b0      # the diagonal: keys q0.. get the triangular mask
         nisa.tensor_tensor(dst=blk.s[:r, lo:bw], data1=blk.s[:r, lo:bw], data2=ctx["mask"][:r, :bw - lo], op=nl.add)
@@ -193,7 +170,7 @@ def load_head_rows(src, n, dst):
 @nki.jit
 def flash_fwd_kernel(q, k, v, causal, scale):
     """Flash attention forward. q (B, Hq, Sq, D), k/v (B, Hkv, Sk, D) bf16 or fp32 (HBM), Hq % Hkv == 0,
-    D <= 128; causal masks key j > query i (top-left aligned, as torch's is_causal). Returns
+    D <= 256; causal masks key j > query i (top-left aligned, as torch's is_causal). Returns
     out (B, Hq, Sq, D) in q's dtype and lse (B, Hq, Sq) fp32.
 
     The (q tile, key block) steps of all heads form one software pipeline (see the loop below), so
@@ -215,7 +192,7 @@ def flash_fwd_kernel(q, k, v, causal, scale):
         "shared_psum": shared_psum,
         "k": Ring((P, nkt, d), dtype, nl.sbuf, kv_slots, "k"), "v": Ring((P, nkt, d), dtype, nl.sbuf, kv_slots, "v"),
         "q": Ring((P, nqt, d), dtype, nl.sbuf, q_slots, "q"),
-        "kT": Ring((d, sk), dtype, nl.sbuf, kv_slots, "kT"), "qT": Ring((d, sq), dtype, nl.sbuf, q_slots, "qT"),
+        "kT": transposed_ring(d, sk, dtype, kv_slots, "kT"), "qT": transposed_ring(d, sq, dtype, q_slots, "qT"),
         "s": Ring((P, KEY_BLOCK), nl.float32, nl.psum, 2, "s_psum"),            # 4 banks
         "pT_psum": Ring((P, BANK // P, P), nl.float32, nl.psum, 2, "pT_psum"),  # 2 banks
         "pv": Ring((P, d), nl.float32, nl.psum, 2, "pv_psum"),                  # 1 bank
@@ -232,25 +209,17 @@ def flash_fwd_kernel(q, k, v, causal, scale):
     tp = Ring((P, BANK), nl.float32, nl.psum, 1, "tp_psum")
     kv_heads = {}
 
-    def transpose_into(rows, n, dst, scale_by):
-        for c0 in range(0, n, BANK):
-            w = min(BANK, n - c0)
-            t = tp.next()
-            for s0, rr in row_tiles(w):
-                nisa.nc_transpose(dst=t[:d, s0:s0 + rr], data=rows[:rr, (c0 + s0) // P, :])
-            nisa.activation(dst=dst[:, c0:c0 + w], op=nl.copy, data=t[:d, :w], scale=scale_by)
-
     def head(b, h):
         hk = h // group
         if (b, hk) not in kv_heads:
             k_sb, v_sb, kT = ctx["k"].next(), ctx["v"].next(), ctx["kT"].next()
             load_head_rows(k[b, hk], sk, k_sb)
             load_head_rows(v[b, hk], sk, v_sb)
-            transpose_into(k_sb, sk, kT, 1.0)
+            transpose_head(k_sb, row_tiles(sk), d, kT, tp)
             kv_heads[(b, hk)] = {"kT": kT, "v": v_sb}
         q_sb, qT = ctx["q"].next(), ctx["qT"].next()
         load_head_rows(q[b, h], sq, q_sb)
-        transpose_into(q_sb, sq, qT, scale)
+        transpose_head(q_sb, row_tiles(sq), d, qT, tp, scale)
         return dict(kv_heads[(b, hk)], qT=qT, bh=(b, h))
 
     def blocks_of(hd):

@@ -50,20 +50,23 @@ def transposed_rows(row_tiles, f, dtype):
     return x_t
 
 
-def linear_t_units(x_t, in_f, tokens, w_t, b_cols, out_f, act, out_t, scale=1.0):
+def linear_t_units(x_t, in_f, tokens, w_t, b_cols, out_f, act, out_t, scale=1.0, out_tiles=None):
     """out_t = act(scale * (W x^T) + b_cols) as [128, n_out_tiles, tokens], from x^T (in_f features) and
     W^T (tiles [128, n_in_tiles, *] or lists of k-tiles, see :func:`ktile`; ``out_t`` likewise) and b_cols
-    [128, n_out_tiles] fp32 (already multiplied by ``scale``). Tokens go through the Tensor Engine 512 at a
-    time (the moving free size); bias and activation are fused into the PSUM evacuation on the Scalar
-    Engine. A generator that yields after each PSUM group so a caller can interleave other work."""
+    [128, n_out_tiles] fp32 (already multiplied by ``scale``). ``out_tiles`` [(first feature, rows)] says
+    which output features each out tile holds on its first partitions (default: 128 in a row). Tokens go
+    through the Tensor Engine 512 at a time (the moving free size); bias and activation are fused into the
+    PSUM evacuation on the Scalar Engine. A generator that yields after each PSUM group so a caller can
+    interleave other work."""
+    if out_tiles is None:
+        out_tiles = [(t * TILE_K, min(TILE_K, out_f - t * TILE_K)) for t in range(_cdiv(out_f, TILE_K))]
     for c0 in range(0, tokens, TILE_N):
         cw = min(TILE_N, tokens - c0)
-        for t in range(_cdiv(out_f, TILE_K)):
-            hw = min(TILE_K, out_f - t * TILE_K)
+        for t, (f0, hw) in enumerate(out_tiles):
             ps = nl.ndarray((hw, cw), dtype=nl.float32, buffer=nl.psum)
             for kd in range(_cdiv(in_f, TILE_K)):
                 kw = min(TILE_K, in_f - kd * TILE_K)
-                nisa.nc_matmul(dst=ps, stationary=ktile(w_t, kd)[:kw, t * TILE_K:t * TILE_K + hw],
+                nisa.nc_matmul(dst=ps, stationary=ktile(w_t, kd)[:kw, f0:f0 + hw],
                                moving=ktile(x_t, kd)[:kw, c0:c0 + cw])
             nisa.activation(dst=ktile(out_t, t)[:hw, c0:c0 + cw], op=act, data=ps, bias=b_cols[:hw, t:t + 1],
                             scale=scale)

@@ -3,7 +3,7 @@
     out = vit_attention(q, k, v, scale=None)
 
 q, k, v (..., H, S, D) as torch's scaled_dot_product_attention (non-causal), bf16 or fp32, S <= 4096,
-D 64 or 128. One kernel goes from Q, K, V to the output; scores and probabilities stay on chip.
+any head dim D from 1 to 256 (D <= 128 on D partitions, no padding; over 128 split in two). One kernel goes from Q, K, V to the output; scores and probabilities stay on chip.
 ``ops.vit_attention`` is the torch custom op (fake implementation for torch.compile);
 ``ops.vit_attention_with_lse`` also returns lse (B..., H, S) fp32, and ``ops.vit_attention_backward``
 runs neuron/flash-attn's backward kernel (carried in this package when published) on the saved out and lse:
@@ -22,7 +22,7 @@ __all__ = ["vit_attention", "ops", "__version__"]
 
 _lib = OpLibrary("vit_attn", __version__, __file__)
 ops = _lib.ops
-HEAD_DIMS = (64, 128)
+MAX_HEAD_DIM = 256
 MAX_SEQ = 4096
 
 
@@ -35,8 +35,8 @@ def check_inputs(q, k, v, scale=None) -> float:
             raise ValueError(f"'{name}' must have the shape of 'q' {tuple(q.shape)}, got {tuple(t.shape)}")
         if t.dtype != q.dtype:
             raise ValueError(f"'{name}' has dtype {t.dtype} but 'q' has {q.dtype}; pass one dtype")
-    if q.shape[-1] not in HEAD_DIMS:
-        raise ValueError(f"'q' head dim {q.shape[-1]} is not supported (64 or 128)")
+    if q.shape[-1] > MAX_HEAD_DIM:
+        raise ValueError(f"'q' head dim {q.shape[-1]} is not supported (1 to {MAX_HEAD_DIM})")
     if q.shape[-2] > MAX_SEQ:
         raise ValueError(f"'q' sequence length {q.shape[-2]} exceeds {MAX_SEQ}")
     return common.softmax_scale(scale, q.shape[-1])
@@ -111,7 +111,7 @@ _vit_attention.register_autograd(_backward, setup_context=_save)
 
 def vit_attention(q, k, v, scale=None):
     """softmax(scale * q k^T) v, non-causal. q, k, v (..., H, S, D) of one shape, bf16 or fp32, S <= 4096,
-    D in {64, 128}; ``scale`` defaults to 1/sqrt(D). Returns (..., H, S, D) in q's dtype."""
+    D from 1 to 256; ``scale`` defaults to 1/sqrt(D). Returns (..., H, S, D) in q's dtype."""
     scale = check_inputs(q, k, v, scale)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         # training: the forward also writes lse (a few instructions per q tile) for the backward kernel

@@ -1,7 +1,9 @@
 """NKI kernel of neuron/vit-attn: fused non-causal attention for vision transformers.
 
-q, k, v, out are (B, H, S, D) in HBM (torch's scaled_dot_product_attention layout), S <= 4096, D 64 or 128.
-One kernel goes from Q, K, V to the output; scores and probabilities never leave the chip.
+q, k, v, out are (B, H, S, D) in HBM (torch's scaled_dot_product_attention layout), S <= 4096, D <= 256.
+One kernel goes from Q, K, V to the output; scores and probabilities never leave the chip. D up to 128 sits
+on the first D partitions of Q^T/K^T (no padding anywhere); D over 128 is split into 128-row chunks whose
+Q K^T matmuls accumulate in one PSUM group (``d_chunks``).
 
 Design (many heads of a short sequence, ViT-B/16 is 12 heads x 197 tokens):
 - Heads are processed in groups: one DMA per 128-row tile moves a whole group of heads (a permuted HBM
@@ -43,6 +45,24 @@ def row_tiles(n):
     return [(s, min(P, n - s)) for s in range(0, n, P)]
 
 
+def d_chunks(d):
+    """[(start, rows)] of the head dim on partitions: one chunk up to 128, two (128 + rest) up to 256. A
+    transposed head [D, S] lives in SBUF as [min(D, 128), nchunks, S]; contractions over D accumulate."""
+    return row_tiles(d)
+
+
+def transposed_ring(d, n, dtype, slots, name):
+    """A Ring of transposed heads [min(D, 128), nchunks, n] (see d_chunks)."""
+    return Ring((min(d, P), len(d_chunks(d)), n), dtype, nl.sbuf, slots, name)
+
+
+def qk_matmul(dst, qT, kT, d, q0, r, c0, cw):
+    """dst [r, cw] (PSUM, fp32) = Q K^T for q rows q0..q0+r and keys c0..c0+cw from transposed heads
+    qT, kT [min(D, 128), nchunks, S] (see d_chunks): one matmul per head-dim chunk, accumulated."""
+    for c, (_, dc) in enumerate(d_chunks(d)):
+        nisa.nc_matmul(dst=dst, stationary=qT[:dc, c, q0:q0 + r], moving=kT[:dc, c, c0:c0 + cw], accumulate=c > 0)
+
+
 def head_group_size(heads, seq, d, itemsize):
     """Heads moved per DMA: as many as fit GROUP_BYTES per partition (at least one)."""
     per_head = len(row_tiles(seq)) * d * itemsize
@@ -64,16 +84,18 @@ class Ring:
 
 
 def transpose_head(x_slot, tiles, d, dst, tp_ring, scale=None):
-    """x_slot [128, ntiles, D] rows of one head -> dst [D, S] (SBUF): Tensor Engine transposes of 128-row
-    tiles, four per PSUM bank, one PSUM-to-SBUF copy per bank on the Scalar Engine (scale is free)."""
+    """x_slot [128, ntiles, D] rows of one head -> dst [min(D, 128), nchunks, S] (SBUF, see d_chunks):
+    Tensor Engine transposes of 128-row tiles, four per PSUM bank, one PSUM-to-SBUF copy per bank and
+    head-dim chunk on the Scalar Engine (scale is free)."""
     s_len = tiles[-1][0] + tiles[-1][1]
-    for c0 in range(0, s_len, BANK):
-        w = min(BANK, s_len - c0)
-        tp = tp_ring.next()
-        for s, r in row_tiles(w):
-            nisa.nc_transpose(dst=tp[:d, s:s + r], data=x_slot[:r, (c0 + s) // P, :])
-        nisa.activation(dst=dst[:, c0:c0 + w], op=nl.copy, data=tp[:d, :w],
-                        scale=1.0 if scale is None else scale)
+    for c, (d0, dc) in enumerate(d_chunks(d)):
+        for c0 in range(0, s_len, BANK):
+            w = min(BANK, s_len - c0)
+            tp = tp_ring.next()
+            for s, r in row_tiles(w):
+                nisa.nc_transpose(dst=tp[:dc, s:s + r], data=x_slot[:r, (c0 + s) // P, d0:d0 + dc])
+            nisa.activation(dst=dst[:dc, c, c0:c0 + w], op=nl.copy, data=tp[:dc, :w],
+                            scale=1.0 if scale is None else scale)
 
 
 class TileJob:
@@ -93,8 +115,7 @@ def stage_scores(job, ctx):
     job.scores = []
     for c, (c0, cw) in enumerate(ctx["chunks"]):
         s_ps = ctx["s"].next()
-        nisa.nc_matmul(dst=s_ps[:r, :cw], stationary=qT[:, job.q0:job.q0 + r], moving=kT[:, c0:c0 + cw],
-                       accumulate=False)
+        qk_matmul(s_ps[:r, :cw], qT, kT, ctx["d"], job.q0, r, c0, cw)
         dst = job.nmax if n == 1 else job.stats[:r, c:c + 1]
         nisa.tensor_reduce(dst=dst, op=nl.maximum, data=s_ps[:r, :cw], axis=1, negate=True)
         job.scores.append(s_ps)
@@ -111,8 +132,7 @@ def stage_exp(job, ctx):
         s_ps = job.scores[c]
         if n > 1:
             s_ps = ctx["s"].next()
-            nisa.nc_matmul(dst=s_ps[:r, :cw], stationary=job.head["qT"][:, job.q0:job.q0 + r],
-                           moving=job.head["kT"][:, c0:c0 + cw], accumulate=False)
+            qk_matmul(s_ps[:r, :cw], job.head["qT"], job.head["kT"], ctx["d"], job.q0, r, c0, cw)
         p_sb = ctx["p"].next()
         nisa.activation(dst=p_sb[:r, :cw], op=nl.exp, data=s_ps[:r, :cw], bias=job.nmax, reduce_op=nl.add,
                         reduce_res=job.stats[:r, n + c:n + c + 1])
@@ -161,7 +181,7 @@ def stage_out(job, ctx):
 
 @nki.jit
 def vit_attention_kernel(q, k, v, scale, with_lse=False):
-    """softmax(scale * q k^T) v. q, k, v (B, H, S, D) bf16 or fp32 in HBM, S <= 4096, D <= 128.
+    """softmax(scale * q k^T) v. q, k, v (B, H, S, D) bf16 or fp32 in HBM, S <= 4096, D <= 256.
     Returns out (B, H, S, D) in q's dtype; with ``with_lse`` also lse (B, H, S) fp32 =
     logsumexp(scale * q k^T) (what the flash backward kernel needs; a few instructions per q tile)."""
     bsz, heads, s_len, d = q.shape
@@ -172,9 +192,10 @@ def vit_attention_kernel(q, k, v, scale, with_lse=False):
     nt = len(tiles)
     g = head_group_size(heads, s_len, d, q.itemsize)
     nchunk = (s_len + BANK - 1) // BANK
-    # load/store slots: head groups in flight (the pipeline holds AHEAD_SCORES + 1 tiles, a group has at
-    # least nt * g of them) plus the group loaded ahead
-    io_slots = 2 + -(-(AHEAD_SCORES + 1) // (nt * g))
+    # load/store slots: the pipeline holds AHEAD_SCORES + 1 tiles (heads spanned: 1 + ceil(ahead / nt)),
+    # the head after the newest is prepared, and the group after that head's is loaded ahead
+    live_heads = 2 + -(-AHEAD_SCORES // nt)
+    io_slots = 2 + -(-(live_heads - 1) // g)
     io = {name: Ring((P, nt, g, d), dtype, nl.sbuf, io_slots, name) for name in ("q", "k", "v", "o")}
     if with_lse:
         io["lse"] = Ring((P, g, nt), nl.float32, nl.sbuf, io_slots, "lse")
@@ -185,7 +206,7 @@ def vit_attention_kernel(q, k, v, scale, with_lse=False):
     ahead = AHEAD_SCORES
     ctx = {
         "d": d, "chunks": chunks, "nchunk": nchunk,
-        "kT": Ring((d, s_len), dtype, nl.sbuf, 3, "kT"), "qT": Ring((d, s_len), dtype, nl.sbuf, 3, "qT"),
+        "kT": transposed_ring(d, s_len, dtype, 3, "kT"), "qT": transposed_ring(d, s_len, dtype, 3, "qT"),
         # PSUM rings pack small slots into banks: 8 banks hold all of them
         "tp": Ring((P, cw), nl.float32, nl.psum, max(2, 2 * BANK // cw), "tp_psum"),
         # scores live from their stage to the exp stage: ahead - AHEAD_EXP + 1 slots at least

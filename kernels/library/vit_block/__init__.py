@@ -27,6 +27,7 @@ _LAYER_ATTRS = ("layernorm_before.weight", "layernorm_before.bias", "attention.q
                 "attention.o_proj.bias", "layernorm_after.weight", "layernorm_after.bias", "mlp.fc1.weight",
                 "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias")
 MAX_SEQ = 2048
+MAX_HEAD_DIM = 256
 
 _lib = OpLibrary("vit_block", __version__, __file__)
 
@@ -63,8 +64,8 @@ def check_params(x: torch.Tensor, params, num_heads) -> None:
                          f"got {len(params)}")
     if not isinstance(num_heads, int) or num_heads <= 0 or d % num_heads:
         raise ValueError(f"'num_heads' must be a positive int dividing the hidden size {d}, got {num_heads!r}")
-    if d // num_heads not in (32, 64, 128):
-        raise ValueError(f"'num_heads' gives head dim {d // num_heads}; supported head dims: 32, 64, 128")
+    if d // num_heads > MAX_HEAD_DIM:
+        raise ValueError(f"'num_heads' gives head dim {d // num_heads}; supported head dims: 1 to {MAX_HEAD_DIM}")
     named = dict(zip(PARAM_NAMES, params))
     hidden = named["fc1_weight"].shape[0] if isinstance(named["fc1_weight"], torch.Tensor) and \
         named["fc1_weight"].dim() == 2 else None
@@ -83,7 +84,7 @@ def vit_block(x: torch.Tensor, *params: torch.Tensor, num_heads: int, eps: float
 
     x: [..., S, D] bfloat16 or float32 (S <= 2048; leading dims are images); params: the 16 tensors of
     PARAM_NAMES in x's dtype, Linear weights in torch layout ([out, in]); ``num_heads`` with head dim
-    D / num_heads in {32, 64, 128}; ``eps`` of both LayerNorms. Returns x's shape and dtype.
+    D / num_heads from 1 to 256; ``eps`` of both LayerNorms. Returns x's shape and dtype.
     Raises ValueError for bad arguments before any simulation.
     """
     check_params(x, params, num_heads)

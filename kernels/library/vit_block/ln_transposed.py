@@ -16,13 +16,15 @@ import nki.language as nl
 from kernels.library.matmul.nki_kernels import TILE_K, TILE_M, _cdiv
 
 
-def load_cols(vec):
-    """HBM vector [F] as per-partition columns [128, F/128] fp32 (column t holds vec[t*128:(t+1)*128])."""
+def load_cols(vec, tiles=None):
+    """HBM vector [F] as per-partition columns [128, ntiles] fp32: column t holds vec[f0:f0 + rows] for the
+    t-th of ``tiles`` [(f0, rows)] (default: 128 features a column)."""
     f = vec.shape[0]
-    cols = nl.ndarray((TILE_K, _cdiv(f, TILE_K)), dtype=nl.float32, buffer=nl.sbuf)
-    for t in range(_cdiv(f, TILE_K)):
-        hw = min(TILE_K, f - t * TILE_K)
-        nisa.dma_copy(dst=cols[:hw, t:t + 1], src=vec[t * TILE_K:t * TILE_K + hw].reshape((hw, 1)))
+    if tiles is None:
+        tiles = [(t * TILE_K, min(TILE_K, f - t * TILE_K)) for t in range(_cdiv(f, TILE_K))]
+    cols = nl.ndarray((TILE_K, len(tiles)), dtype=nl.float32, buffer=nl.sbuf)
+    for t, (f0, hw) in enumerate(tiles):
+        nisa.dma_copy(dst=cols[:hw, t:t + 1], src=vec[f0:f0 + hw].reshape((hw, 1)))
     return cols
 
 

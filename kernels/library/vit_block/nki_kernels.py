@@ -22,7 +22,7 @@ from kernels.library.layernorm.nki_kernels import load_row_vector
 from kernels.library.matmul.nki_kernels import TILE_K, TILE_M, _cdiv, plain_tiles, transpose_into
 
 from .ln_transposed import load_cols
-from .stages import attention_stage, post_stage, pre_stage
+from .stages import attention_stage, head_layout, post_stage, pre_stage
 
 
 def weight_t(w, group_bytes=12288):
@@ -47,9 +47,10 @@ def weight_t(w, group_bytes=12288):
     return [tile[:, j, :] for tile, g in groups for j in range(len(g))]
 
 
-def load_bias_cols(w, b):
-    """W^T k-tiles (weight_t) of w [out, in] and its bias b [out] as columns [128, out/128] fp32."""
-    return weight_t(w), load_cols(b)
+def load_bias_cols(w, b, tiles=None):
+    """W^T k-tiles (weight_t) of w [out, in] and its bias b [out] as columns [128, ntiles] fp32 (in
+    ``tiles``, see load_cols)."""
+    return weight_t(w), load_cols(b, tiles)
 
 
 class _Weights:
@@ -59,8 +60,9 @@ class _Weights:
     transposes); otherwise loaded again at every use and alive only until its last use in that pass, so
     at most one stage's weights occupy SBUF at a time."""
 
-    def __init__(self, params, rows, resident):
+    def __init__(self, params, rows, resident, qk_tiles):
         self.params, self.rows, self.resident, self.cache = params, rows, resident, {}
+        self.qk_tiles = qk_tiles    # the Q/K output tiles of stages.head_layout
 
     def __getitem__(self, key):
         if key not in self.cache or not self.resident:
@@ -74,7 +76,7 @@ class _Weights:
         loaders = {
             "ln1": lambda: (load_cols(ln1_w), load_cols(ln1_b)),
             "ln2": lambda: (load_cols(ln2_w), load_cols(ln2_b)),
-            "q": lambda: load_bias_cols(q_w, q_b), "k": lambda: load_bias_cols(k_w, k_b),
+            "q": lambda: load_bias_cols(q_w, q_b, self.qk_tiles), "k": lambda: load_bias_cols(k_w, k_b, self.qk_tiles),
             "v": lambda: weight_t(v_w),
             "v_b": lambda: load_row_vector(v_b, rows),
             "o": lambda: weight_t(o_w),
@@ -121,12 +123,12 @@ def vit_block_kernel(x, ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, ln
         resident = plan(d, hidden, x.itemsize, nl.tile_size.total_available_sbuf_size)
     if interleave is None:
         interleave = 2 if resident else 1
-    w = _Weights(params, rows, resident)
+    w = _Weights(params, rows, resident, head_layout(d, heads)[0])
     scale = float(d // heads) ** -0.5
     st = [dict() for _ in range(n_img)]
 
     def pre(b):
-        return pre_stage(x, b, w, st[b], s, d, eps, scale) if 0 <= b < n_img else None
+        return pre_stage(x, b, w, st[b], s, d, eps, scale, heads) if 0 <= b < n_img else None
 
     def attn(b):
         return attention_stage(st[b], s, d, heads, x.dtype) if 0 <= b < n_img else None

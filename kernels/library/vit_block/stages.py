@@ -16,7 +16,7 @@ import nki.language as nl
 from kernels.library.gelu_mlp.nki_kernels import ktile, linear_rows_units, linear_t_units, transposed_rows
 from kernels.library.layernorm.nki_kernels import normalized_tile
 from kernels.library.matmul.nki_kernels import TILE_K, TILE_M, TILE_N, _cdiv, copy_psum, plain_tiles
-from kernels.library.vit_attn.nki_kernels import Ring, psum_width
+from kernels.library.vit_attn.nki_kernels import Ring, psum_width, row_tiles
 
 from .ln_transposed import transposed_affine
 
@@ -29,6 +29,24 @@ AHEAD_TRANSPOSE = 1
 LN_LAG = 3          # units issued between a LayerNorm and the transposes of its output (its chain is long)
 
 
+PACKED_HEAD_DIMS = (32, 64, 128)   # heads of these dims pack into 128-feature tiles at legal start partitions
+
+
+def head_layout(d, heads):
+    """Where Q^T and K^T keep each head's features: (out_tiles, per_head). ``out_tiles`` [(first feature,
+    rows)] are the projections' output tiles (each on partitions 0..rows-1 of its column of q_t/k_t);
+    ``per_head[h]`` lists the head's chunks as (tile, start partition, rows). Head dims 32, 64, 128 pack
+    128 features a tile (two heads share the Tensor Engine's stationary columns); any other head dim gets
+    its own tiles (one, or two over 128), so no head straddles a tile or starts at an illegal partition."""
+    dh = d // heads
+    if dh in PACKED_HEAD_DIMS:
+        tiles = [(t * TILE_K, min(TILE_K, d - t * TILE_K)) for t in range(_cdiv(d, TILE_K))]
+        return tiles, [[((h * dh) // TILE_K, (h * dh) % TILE_K, dh)] for h in range(heads)]
+    chunks = row_tiles(dh)
+    tiles = [(h * dh + c0, dc) for h in range(heads) for c0, dc in chunks]
+    return tiles, [[(h * len(chunks) + c, 0, dc) for c, (_, dc) in enumerate(chunks)] for h in range(heads)]
+
+
 def _added(a, b, rows, d):
     """A new fp32 SBUF tile a[:rows] + b[:rows] ([rows, d]), on GpSimd (bias + residual, off the busy
     Vector Engine)."""
@@ -37,10 +55,11 @@ def _added(a, b, rows, d):
     return out
 
 
-def pre_stage(x, b, w, st, s, d, eps, scale):
+def pre_stage(x, b, w, st, s, d, eps, scale, heads):
     """Image b of x [B, S, D] (HBM) up to the attention inputs, stored in the dict ``st``: x_rows (row
-    tiles [rows, D]), q_t and k_t [128, D/128, S] (features on partitions; Q^T scaled by ``scale``),
-    v_rows [(tile [rows, D], rows)]; all in x's dtype. ``w`` gives SBUF weights by name."""
+    tiles [rows, D]), q_t and k_t [128, ntiles, S] (features on partitions in the tiles of
+    ``head_layout``; Q^T scaled by ``scale``), v_rows [(tile [rows, D], rows)]; all in x's dtype. ``w``
+    gives SBUF weights by name (q and k bias columns in the head layout's tiles)."""
     dt = x.dtype
     ln1_w, ln1_b = w["ln1"]
     x_rows, xn_rows = [], []
@@ -55,20 +74,24 @@ def pre_stage(x, b, w, st, s, d, eps, scale):
         yield
     xn_t = transposed_affine(xn_rows, d, dt, ln1_w, ln1_b)
     yield
-    n_dt = _cdiv(d, TILE_K)
+    tiles = head_layout(d, heads)[0]
+    n_dt = len(tiles)
     q_w, q_b = w["q"]
     # the softmax scale rides on the Q evacuation (activation computes f(scale * x + bias)): bias * scale
     q_bs = nl.ndarray((TILE_K, n_dt), dtype=nl.float32, buffer=nl.sbuf)
-    full = d // TILE_K
-    if full:
-        nisa.tensor_scalar(dst=q_bs[:, :full], data=q_b[:, :full], op0=nl.multiply, operand0=scale)
-    if full < n_dt:
-        hw = d - full * TILE_K
-        nisa.tensor_scalar(dst=q_bs[:hw, full:], data=q_b[:hw, full:], op0=nl.multiply, operand0=scale)
+    for rows in sorted({hw for _, hw in tiles}):
+        cols = [t for t, (_, hw) in enumerate(tiles) if hw == rows]
+        if cols == list(range(cols[0], cols[-1] + 1)):
+            nisa.tensor_scalar(dst=q_bs[:rows, cols[0]:cols[-1] + 1], data=q_b[:rows, cols[0]:cols[-1] + 1],
+                               op0=nl.multiply, operand0=scale)
+        else:   # head dims over 128: the chunks of each head alternate 128 and the rest
+            for t in cols:
+                nisa.tensor_scalar(dst=q_bs[:rows, t:t + 1], data=q_b[:rows, t:t + 1], op0=nl.multiply,
+                                   operand0=scale)
     q_t = nl.ndarray((TILE_K, n_dt, s), dtype=dt, buffer=nl.sbuf)
-    yield from linear_t_units(xn_t, d, s, q_w, q_bs, d, nl.copy, q_t, scale)
+    yield from linear_t_units(xn_t, d, s, q_w, q_bs, d, nl.copy, q_t, scale, out_tiles=tiles)
     k_t = nl.ndarray((TILE_K, n_dt, s), dtype=dt, buffer=nl.sbuf)
-    yield from linear_t_units(xn_t, d, s, *w["k"], d, nl.copy, k_t)
+    yield from linear_t_units(xn_t, d, s, *w["k"], d, nl.copy, k_t, out_tiles=tiles)
     v_b, v_rows = w["v_b"], []
     yield from linear_rows_units(xn_t, d, s, w["v"], d, lambda i, rows: v_b, dt, v_rows)
     st.update(x_rows=x_rows, q_t=q_t, k_t=k_t, v_rows=v_rows)
@@ -90,6 +113,7 @@ def attention_stage(st, s, d, heads, dt):
     (Tensor), so no queue waits on work issued in the same step."""
     q_t, k_t, v_rows = st["q_t"], st["k_t"], st["v_rows"]
     dh = d // heads
+    per_head = head_layout(d, heads)[1]
     chunks = [(c0, min(TILE_N, s - c0)) for c0 in range(0, s, TILE_N)]
     nch = len(chunks)
     n_kt = _cdiv(s, TILE_K)
@@ -106,15 +130,15 @@ def attention_stage(st, s, d, heads, dt):
     steps = [_Step(i, q0, qw, h) for i, q0, qw in tiles for h in range(heads)]
 
     def scores(j):
-        t, p0 = (j.h * dh) // TILE_K, (j.h * dh) % TILE_K
         # stats columns: negated chunk maxima, chunk sums, negated row max
         j.stats = nl.ndarray((j.qw, 2 * nch + 1), dtype=nl.float32, buffer=nl.sbuf)
         j.nmax = j.stats[:, 2 * nch:2 * nch + 1]
         j.scores = []
         for c, (c0, cw) in enumerate(chunks):
             sc = ring_s.next()[:j.qw, :cw]
-            nisa.nc_matmul(dst=sc, stationary=q_t[p0:p0 + dh, t, j.q0:j.q0 + j.qw],
-                           moving=k_t[p0:p0 + dh, t, c0:c0 + cw])
+            for n, (t, p0, dc) in enumerate(per_head[j.h]):   # head dims over 128: two chunks, accumulated
+                nisa.nc_matmul(dst=sc, stationary=q_t[p0:p0 + dc, t, j.q0:j.q0 + j.qw],
+                               moving=k_t[p0:p0 + dc, t, c0:c0 + cw], accumulate=n > 0)
             nisa.tensor_reduce(dst=j.nmax if nch == 1 else j.stats[:, c:c + 1], op=nl.maximum, data=sc,
                                axis=1, negate=True)
             j.scores.append(sc)

@@ -16,7 +16,9 @@ def _rand(shape, dtype, g):
 
 @settings(max_examples=6, deadline=None)
 @given(hkv=st.integers(1, 2), group=st.sampled_from([1, 2, 3]), sq=st.sampled_from([1, 37, 128, 197, 300]),
-       sk=st.sampled_from([1, 37, 128, 197, 300]), d=st.sampled_from([64, 128]), causal=st.booleans(),
+       sk=st.sampled_from([1, 37, 128, 197, 300]),
+       d=st.one_of(st.integers(1, 128), st.integers(129, 256), st.sampled_from([64, 80, 128, 256])),
+       causal=st.booleans(),
        dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 2**16))
 def test_forward_matches_reference(hkv, group, sq, sk, d, causal, dtype, seed):
     g = torch.Generator().manual_seed(seed)
@@ -57,6 +59,10 @@ def test_long_keys_online_softmax_gqa():
     ((1, 2, 197, 64), (1, 1, 197, 64), True, torch.float32),
     ((1, 2, 37, 128), (1, 2, 130, 128), False, torch.float32),
     ((2, 1, 150, 64), (2, 1, 150, 64), True, torch.bfloat16),
+    # head dims off the powers of two (partial partitions) and over 128 (two chunks; dK/dV in 4 banks)
+    ((1, 4, 197, 72), (1, 2, 197, 72), False, torch.float32),
+    ((1, 2, 130, 200), (1, 1, 130, 200), True, torch.float32),
+    ((1, 2, 257, 256), (1, 2, 257, 256), False, torch.bfloat16),
 ])
 def test_gradients_match_torch_autograd(shape_q, shape_kv, causal, dtype):
     g = torch.Generator().manual_seed(2)
@@ -71,6 +77,25 @@ def test_gradients_match_torch_autograd(shape_q, shape_kv, causal, dtype):
     for got, want in zip(grads, expected):
         assert got.dtype == dtype
         torch.testing.assert_close(got.float(), want, atol=tol * want.abs().max().item(), rtol=tol)
+
+
+@settings(max_examples=4, deadline=None)
+@given(b=st.integers(1, 2), hkv=st.integers(1, 2), group=st.sampled_from([1, 2]), s=st.sampled_from([1, 37, 197]),
+       d=st.one_of(st.integers(1, 128), st.integers(129, 256)), causal=st.booleans(),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 2**16))
+def test_backward_matches_reference(b, hkv, group, s, d, causal, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    q = _rand((b, hkv * group, s, d), dtype, g).requires_grad_()
+    k, v = (_rand((b, hkv, s, d), dtype, g).requires_grad_() for _ in range(2))
+    out = flash_attention(q, k, v, causal=causal)
+    w = torch.randn(out.shape, generator=g)
+    grads = torch.autograd.grad((out.float() * w).sum(), (q, k, v))
+    leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    expected = torch.autograd.grad((attention_with_lse(*leaves, causal)[0] * w).sum(), leaves)
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    for got, want in zip(grads, expected):
+        assert got.shape == want.shape and got.dtype == dtype
+        torch.testing.assert_close(got.float(), want, atol=tol * max(want.abs().max().item(), 1e-3), rtol=tol)
 
 
 def test_flash_attention_matches_sdpa_causal():
@@ -92,7 +117,7 @@ def test_opcheck():
 @pytest.mark.parametrize("args, kwargs, name", [
     ((torch.randn(37, 64),) * 3, {}, "'q'"),
     ((torch.randn(1, 2, 37, 64), torch.randn(1, 2, 37, 32), torch.randn(1, 2, 37, 32)), {}, "'k'"),
-    ((torch.randn(1, 2, 37, 256),) * 3, {}, "head dim"),
+    ((torch.randn(1, 2, 37, 257),) * 3, {}, "head dim"),
     ((torch.randn(1, 3, 37, 64), torch.randn(1, 2, 37, 64), torch.randn(1, 2, 37, 64)), {}, "'k'"),
     ((torch.randn(1, 2, 37, 64), torch.randn(1, 2, 37, 64), torch.randn(1, 2, 38, 64)), {}, "'v'"),
     ((torch.randn(2, 2, 37, 64), torch.randn(1, 2, 37, 64), torch.randn(1, 2, 37, 64)), {}, "'k'"),
