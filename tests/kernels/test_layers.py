@@ -123,12 +123,12 @@ def test_default_mapping_replaces_what_the_library_has():
 
 def test_report_gives_reasons_and_use_fallback_false_raises():
     _need("neuron/flash-attn", "neuron/layernorm")
-    model = tiny_vit(hidden_size=512, num_attention_heads=2, intermediate_size=64)  # head dim 256
-    model.layernorm = nn.LayerNorm(512, elementwise_affine=False)
+    model = tiny_vit(hidden_size=514, num_attention_heads=2, intermediate_size=64)  # head dim 257
+    model.layernorm = nn.LayerNorm(514, elementwise_affine=False)
     with use_kernel_mapping(ATTN_AND_NORM, inherit_mapping=False):
         kernelize(model, mode=Mode.INFERENCE, device="cpu")
         reasons = {d.module: d.reason for d in model.kernelize_report.rejected}
-        assert "head dim 256" in reasons["layers.0.attention"]
+        assert "head dim 257" in reasons["layers.0.attention"]
         assert "no affine weight/bias" in reasons["layernorm"]
         assert "ViTLayer" not in {d.layer_name for d in model.kernelize_report.decisions}  # not mapped here
         with pytest.raises(ValueError, match="layers.0.attention .ViTAttention.: the kernel rejects"):
