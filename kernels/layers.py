@@ -5,7 +5,7 @@
     print(model.kernelize_report)          # what was replaced, what was left and why
 
 A layer is a candidate when its class carries ``kernel_layer_name`` (``@use_kernel_forward_from_hub``,
-``replace_kernel_forward_from_hub``) or, for classes nobody marked (transformers' ViT layers), when the
+``replace_kernel_forward_from_hub``) or, for classes nobody marked (transformers' vision layers), when the
 kernel mapping has an entry under its class name. The mapping (``register_kernel_mapping``,
 ``use_kernel_mapping``) goes layer name -> device type (``"cpu"`` runs the simulator, ``"neuron"`` the
 device) -> repository, or -> {Mode: repository}. A repository loads a kernel module; its layer is
@@ -354,17 +354,20 @@ def kernelize(model, *, mode: Mode, device=None, use_fallback: bool = True):
 
 
 def _default_mapping() -> dict:
-    """The in-tree library's layers for transformers' ViT (and torch's LayerNorm), on both devices."""
+    """The in-tree library's layers for transformers' vision transformers (every family of
+    ``kernels.vit_parts.FAMILIES``: ViT, DeiT, DINOv2, SigLIP and CLIP vision) and torch's LayerNorm, on
+    both devices."""
+    from .vit_parts import FAMILIES
+
     def lib(repo_id, layer):
         return LibraryLayerRepository(repo_id, layer_name=layer)
 
-    per_device = {
-        "ViTLayer": {Mode.INFERENCE: lib("neuron/vit-block", "ViTLayer")},
-        "ViTAttention": {Mode.INFERENCE: lib("neuron/vit-attn", "ViTAttention"),
-                         Mode.TRAINING: lib("neuron/flash-attn", "ViTAttention")},
-        "ViTMLP": {Mode.FALLBACK: lib("neuron/gelu-mlp", "ViTMLP")},
-        "LayerNorm": {Mode.FALLBACK: lib("neuron/layernorm", "LayerNorm")},
-    }
+    per_device = {"LayerNorm": {Mode.FALLBACK: lib("neuron/layernorm", "LayerNorm")}}
+    for family in FAMILIES.values():
+        per_device[family.layer] = {Mode.INFERENCE: lib("neuron/vit-block", "ViTLayer")}
+        per_device[family.attention] = {Mode.INFERENCE: lib("neuron/vit-attn", "ViTAttention"),
+                                        Mode.TRAINING: lib("neuron/flash-attn", "ViTAttention")}
+        per_device[family.mlp] = {Mode.FALLBACK: lib("neuron/gelu-mlp", "ViTMLP")}
     return {name: {dev: dict(repos) for dev in SUPPORTED_DEVICES} for name, repos in per_device.items()}
 
 

@@ -1,4 +1,5 @@
-"""Kernel-backed layers for transformers' ViT: self-attention, MLP, the whole layer, and LayerNorm.
+"""Kernel-backed layers for transformers' vision transformers (ViT, DeiT, DINOv2, SigLIP and CLIP vision):
+self-attention, MLP, the whole encoder layer, and LayerNorm.
 
 :func:`layer_for` takes a loaded kernel module (in-tree ``kernels.library.<name>`` or one fetched from
 a Hub) and returns a stateless ``nn.Module`` class whose ``forward`` reads the weights of the
@@ -10,7 +11,8 @@ a given module: the kernel's own argument checks run on meta tensors of the modu
 unsupported head dim or dtype is a kernelize decision, not a crash in the middle of a forward.
 
 Shapes follow transformers 5.x ViT (``ViTAttention`` with ``q_proj/k_proj/v_proj/o_proj``, ``ViTMLP``
-with ``fc1/fc2``, ``ViTLayer``): hidden states are ``(batch, seq, hidden)``; attention heads
+with ``fc1/fc2``, ``ViTLayer``) and the other families' equivalents (read through model_layers'
+``attention_parts`` / ``layer_parts``): hidden states are ``(batch, seq, hidden)``; attention heads
 ``(batch, heads, seq, head_dim)``.
 """
 from __future__ import annotations
@@ -21,18 +23,13 @@ import torch
 from torch import nn
 
 from .library import model_layers
-from .library.model_layers import block_args
+from .library.model_layers import activation_kwargs, attention_parts, block_args, layer_parts, mlp_activation
 from .torch_ops import library_of
-
-_GELU_ACTS = ("gelu",)  # transformers' "gelu" is the exact (erf) GELU, as torch's nn.GELU()
+from .vit_parts import is_vision, seq_len
 
 
 def _seq_len(module) -> int:
-    config = getattr(module, "config", None)
-    image, patch = getattr(config, "image_size", None), getattr(config, "patch_size", None)
-    if isinstance(image, int) and isinstance(patch, int) and patch > 0:
-        return (image // patch) ** 2 + 1  # patches and the CLS token
-    return 1
+    return seq_len(getattr(module, "config", None))
 
 
 def _dry_run(call) -> str | None:
@@ -61,12 +58,14 @@ def _meta(*shape, dtype) -> torch.Tensor:
 def _attention_reason(kernel, module, mode) -> str | None:
     from .layers import Mode
 
-    if Mode.TRAINING in mode and module.attention_dropout > 0:
-        return f"attention dropout {module.attention_dropout} in training (the kernel has no dropout)"
+    if not is_vision(module):
+        return "not an image encoder's attention (text towers take causal or padding masks)"
+    p = attention_parts(module)
+    if Mode.TRAINING in mode and p.dropout > 0:
+        return f"attention dropout {p.dropout} in training (the kernel has no dropout)"
     attend = _attend(kernel)
-    h, d, dt = module.num_attention_heads, module.head_dim, module.q_proj.weight.dtype
-    q = _meta(1, h, _seq_len(module), d, dtype=dt)
-    return _dry_run(lambda: attend(q, q, q, module.scaling))
+    q = _meta(1, p.heads, _seq_len(module), p.head_dim, dtype=p.q.weight.dtype)
+    return _dry_run(lambda: attend(q, q, q, p.scale))
 
 
 def _mlp_reason(kernel, module, mode) -> str | None:
@@ -77,7 +76,7 @@ def _mlp_reason(kernel, module, mode) -> str | None:
         return "fc1/fc2 without bias (the kernel takes both biases)"
     x = _meta(1, _seq_len(module), w1.shape[1], dtype=w1.dtype)
     m = [_meta(*t.shape, dtype=t.dtype) for t in (w1, b1, w2, b2)]
-    return _dry_run(lambda: kernel.gelu_mlp(x, *m))
+    return _dry_run(lambda: kernel.gelu_mlp(x, *m, **activation_kwargs(module)))
 
 
 def _layer_norm_reason(kernel, module, mode) -> str | None:
@@ -94,28 +93,35 @@ def _layer_norm_reason(kernel, module, mode) -> str | None:
 def _block_reason(kernel, module, mode) -> str | None:
     from .layers import Mode
 
-    if Mode.TRAINING in mode and (module.dropout.p > 0 or module.attention.attention_dropout > 0):
+    parts = layer_parts(module)
+    if not is_vision(parts.attention):
+        return "not an image encoder's layer (text towers take causal or padding masks)"
+    if Mode.TRAINING in mode and (parts.dropout > 0 or attention_parts(parts.attention).dropout > 0):
         return "dropout in training (the kernel has no dropout)"
-    for reason in (_qkv_bias_reason(module.attention), _gelu_reason(module.mlp)):
+    for reason in (_qkv_bias_reason(parts.attention), _gelu_reason(parts.mlp)):
         if reason:
             return reason
-    if module.layernorm_before.eps != module.layernorm_after.eps:
+    if parts.ln1.eps != parts.ln2.eps:
         return "the two LayerNorms have different eps (the kernel takes one)"
     params, options = block_args(module)
     w = params[0]
-    x = _meta(1, _seq_len(module.attention), w.shape[0], dtype=w.dtype)
+    x = _meta(1, _seq_len(parts.attention), w.shape[0], dtype=w.dtype)
     return _dry_run(lambda: kernel.vit_block(x, *(_meta(*p.shape, dtype=p.dtype) for p in params), **options))
 
 
 def _qkv_bias_reason(attention) -> str | None:  # the fused kernels take the q/k/v biases
-    if attention.q_proj.bias is None:
+    if attention_parts(attention).q.bias is None:
         return "q/k/v projections without bias (qkv_bias=False)"
     return None
 
 
 def _gelu_reason(mlp) -> str | None:
-    act = getattr(getattr(mlp, "config", None), "hidden_act", None)
-    return None if act in _GELU_ACTS else f"activation {act!r} (the kernel fuses the exact GELU only)"
+    if not hasattr(mlp, "fc1"):
+        return f"{type(mlp).__name__} is not fc1 -> GELU -> fc2 (the kernels fuse that MLP only)"
+    if mlp_activation(mlp) is None:
+        act = getattr(getattr(mlp, "config", None), "hidden_act", None)
+        return f"activation {act!r} (the kernels fuse the exact GELU, its tanh approximation and quick GELU)"
+    return None
 
 
 # ---- layers: the kernel's own (its ``layers`` module), or built here for kernels without one -------------
@@ -129,7 +135,7 @@ def _attend(kernel):
 
 
 def attention_layer(kernel) -> type[nn.Module]:
-    """A replacement for transformers' ``ViTAttention`` running ``kernel``'s attention."""
+    """A replacement for a vision transformer's self-attention running ``kernel``'s attention."""
     return model_layers.attention_layer(_attend(kernel), has_backward=_has_backward(kernel))
 
 

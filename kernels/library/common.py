@@ -54,6 +54,13 @@ def check_eps(name: str, eps) -> float:
     return value
 
 
+def check_choice(name: str, value, choices) -> str:
+    """``value`` if it is one of ``choices``, else ValueError naming the argument and the choices."""
+    if value not in choices:
+        raise ValueError(f"'{name}' must be one of {', '.join(map(str, choices))}, got {value!r}")
+    return value
+
+
 def softmax_scale(scale, head_dim: int) -> float:
     """The attention softmax scale: ``1/sqrt(head_dim)`` when ``scale`` is None, else a positive finite
     number (ValueError naming 'scale' otherwise)."""

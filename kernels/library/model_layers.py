@@ -13,14 +13,91 @@ adds its checks on top (:mod:`kernels.vit`).
 
 Shapes follow transformers 5.x ViT (``ViTAttention`` with ``q_proj/k_proj/v_proj/o_proj``, ``ViTMLP``
 with ``fc1/fc2``, ``ViTLayer``): hidden states ``(batch, seq, hidden)``, heads ``(batch, heads, seq,
-head_dim)``.
+head_dim)``. The other vision-transformer families (DeiT, DINOv2, SigLIP and CLIP vision; see
+``kernels.vit_parts``) name their parts differently: ``attention_parts`` and ``layer_parts`` read any of
+them, so one class per role serves every family.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 from torch import nn
+
+
+# transformers' hidden_act -> the GELU the kernels fuse (gelu_mlp's activations)
+GELUS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "quick_gelu": "quick_gelu"}
+
+
+@dataclass(frozen=True)
+class AttentionParts:
+    """A self-attention module's projections (torch Linears), head count and size, softmax scale and
+    attention dropout probability."""
+
+    q: nn.Module
+    k: nn.Module
+    v: nn.Module
+    o: nn.Module
+    heads: int
+    head_dim: int
+    scale: float
+    dropout: float
+
+
+@dataclass(frozen=True)
+class LayerParts:
+    """An encoder layer's LayerNorms, attention and MLP modules, its layer scales (DINOv2's per-channel
+    ``lambda1`` tensors, else None) and its residual dropout (or drop-path) probability."""
+
+    ln1: nn.Module
+    attention: nn.Module
+    ln2: nn.Module
+    mlp: nn.Module
+    scale1: torch.Tensor | None
+    scale2: torch.Tensor | None
+    dropout: float
+
+
+def attention_parts(m) -> AttentionParts:
+    """The parts of a ViT/DeiT/DINOv2 (``o_proj``, ``num_attention_heads``, ``scaling``) or SigLIP/CLIP
+    (``out_proj``, ``num_heads``, ``scale``) self-attention module."""
+    o = getattr(m, "o_proj", None) or m.out_proj
+    heads = getattr(m, "num_attention_heads", None) or m.num_heads
+    scale = getattr(m, "scaling", None) or m.scale
+    dropout = getattr(m, "attention_dropout", None)
+    return AttentionParts(m.q_proj, m.k_proj, m.v_proj, o, heads, m.head_dim, float(scale),
+                          float(m.dropout if dropout is None else dropout))
+
+
+def _p(module) -> float:
+    return float(getattr(module, "p", getattr(module, "drop_prob", 0.0)) or 0.0)
+
+
+def layer_parts(layer) -> LayerParts:
+    """The parts of a ViT/DeiT (``layernorm_before``), DINOv2 (``norm1``, layer scales, drop path) or
+    SigLIP/CLIP (``layer_norm1``, ``self_attn``) encoder layer."""
+    if hasattr(layer, "layernorm_before"):
+        return LayerParts(layer.layernorm_before, layer.attention, layer.layernorm_after, layer.mlp, None, None,
+                          _p(layer.dropout))
+    if hasattr(layer, "norm1"):
+        return LayerParts(layer.norm1, layer.attention, layer.norm2, layer.mlp, layer.layer_scale1.lambda1,
+                          layer.layer_scale2.lambda1, _p(layer.drop_path))
+    return LayerParts(layer.layer_norm1, layer.self_attn, layer.layer_norm2, layer.mlp, None, None, 0.0)
+
+
+def mlp_activation(mlp) -> str | None:
+    """The gelu_mlp activation name of a family's MLP (fc1, act, fc2), or None when it is not a GELU the
+    kernels fuse."""
+    act = getattr(getattr(mlp, "config", None), "hidden_act", None)
+    return GELUS.get(act) if isinstance(act, str) else None
+
+
+def activation_kwargs(mlp) -> dict:
+    """gelu_mlp's / vit_block's ``activation`` keyword for the MLP's GELU (none for the exact GELU, so
+    kernels from before activations existed keep working for ViT)."""
+    act = mlp_activation(mlp)
+    return {} if act in ("gelu", None) else {"activation": act}
 
 
 def _layer(name: str, forward: Callable, has_backward: bool, doc: str) -> type[nn.Module]:
@@ -31,31 +108,34 @@ def _layer(name: str, forward: Callable, has_backward: bool, doc: str) -> type[n
 
 
 def attention_layer(attend: Callable, *, has_backward: bool, name: str = "ViTAttention") -> type[nn.Module]:
-    """A replacement for transformers' ``ViTAttention``; ``attend(q, k, v, scale)`` runs the kernel on
-    ``(B, H, S, D)`` tensors and returns ``(B, H, S, D)``."""
+    """A replacement for a vision transformer's self-attention (``ViTAttention``, ``SiglipAttention``, ...);
+    ``attend(q, k, v, scale)`` runs the kernel on ``(B, H, S, D)`` tensors and returns ``(B, H, S, D)``."""
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
         if attention_mask is not None:
-            raise ValueError("attention_mask: the kernel-backed ViTAttention takes no mask")
-        if self.training and self.attention_dropout > 0:
-            raise ValueError("attention_dropout: the kernel-backed ViTAttention has no dropout; "
+            raise ValueError("attention_mask: the kernel-backed attention takes no mask")
+        p = attention_parts(self)
+        if self.training and p.dropout > 0:
+            raise ValueError("attention_dropout: the kernel-backed attention has no dropout; "
                              "call model.eval() or kernelize for Mode.TRAINING with dropout 0")
-        shape = (*hidden_states.shape[:-1], -1, self.head_dim)
-        q = self.q_proj(hidden_states).view(shape).transpose(1, 2)
-        k = self.k_proj(hidden_states).view(shape).transpose(1, 2)
-        v = self.v_proj(hidden_states).view(shape).transpose(1, 2)
-        out = attend(q, k, v, self.scaling).transpose(1, 2).reshape(*hidden_states.shape[:-1], -1)
-        return self.o_proj(out), None
+        shape = (*hidden_states.shape[:-1], -1, p.head_dim)
+        q = p.q(hidden_states).view(shape).transpose(1, 2)
+        k = p.k(hidden_states).view(shape).transpose(1, 2)
+        v = p.v(hidden_states).view(shape).transpose(1, 2)
+        out = attend(q, k, v, p.scale).transpose(1, 2).reshape(*hidden_states.shape[:-1], -1)
+        return p.o(out), None
 
     return _layer(name, forward, has_backward, "transformers ViTAttention (q/k/v/o projections), kernel attention.")
 
 
 def mlp_layer(gelu_mlp: Callable, *, has_backward: bool, name: str = "ViTMLP") -> type[nn.Module]:
-    """A replacement for transformers' ``ViTMLP`` (fc1, exact GELU, fc2) running
-    ``gelu_mlp(x, fc1_weight, fc1_bias, fc2_weight, fc2_bias)``."""
+    """A replacement for a vision transformer's MLP (fc1, a GELU, fc2: ``ViTMLP``, ``SiglipMLP``, ...)
+    running ``gelu_mlp(x, fc1_weight, fc1_bias, fc2_weight, fc2_bias, activation=)`` with the family's
+    GELU."""
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return gelu_mlp(hidden_states, self.fc1.weight, self.fc1.bias, self.fc2.weight, self.fc2.bias)
+        return gelu_mlp(hidden_states, self.fc1.weight, self.fc1.bias, self.fc2.weight, self.fc2.bias,
+                        **activation_kwargs(self))
 
     return _layer(name, forward, has_backward, "transformers ViTMLP (fc1, GELU, fc2) as one kernel.")
 
@@ -103,25 +183,32 @@ def linear_layer(matmul: Callable, *, has_backward: bool, name: str = "Linear") 
 
 
 def block_args(layer) -> tuple[tuple[torch.Tensor, ...], dict]:
-    """``(params, options)`` for ``vit_block(x, *params, **options)`` from a transformers ``ViTLayer``:
-    the 16 weight tensors in the kernel's PARAM_NAMES order, ``num_heads`` and the LayerNorm ``eps``."""
-    a, m = layer.attention, layer.mlp
-    params = (layer.layernorm_before.weight, layer.layernorm_before.bias, a.q_proj.weight, a.q_proj.bias,
-              a.k_proj.weight, a.k_proj.bias, a.v_proj.weight, a.v_proj.bias, a.o_proj.weight, a.o_proj.bias,
-              layer.layernorm_after.weight, layer.layernorm_after.bias, m.fc1.weight, m.fc1.bias,
-              m.fc2.weight, m.fc2.bias)
-    return params, dict(num_heads=a.num_attention_heads, eps=layer.layernorm_before.eps)
+    """``(params, options)`` for ``vit_block(x, *params, **options)`` from a family's encoder layer: the 16
+    weight tensors in the kernel's PARAM_NAMES order (DINOv2's layer scales folded into o_proj and fc2:
+    lambda * (W x + b) = (lambda W) x + lambda b), ``num_heads``, the LayerNorm ``eps`` and, for a GELU
+    other than the exact one, ``activation``."""
+    parts = layer_parts(layer)
+    a, m = attention_parts(parts.attention), parts.mlp
+    o_w, o_b, fc2_w, fc2_b = a.o.weight, a.o.bias, m.fc2.weight, m.fc2.bias
+    if parts.scale1 is not None:
+        o_w, o_b = o_w * parts.scale1[:, None], o_b * parts.scale1
+        fc2_w, fc2_b = fc2_w * parts.scale2[:, None], fc2_b * parts.scale2
+    params = (parts.ln1.weight, parts.ln1.bias, a.q.weight, a.q.bias, a.k.weight, a.k.bias, a.v.weight, a.v.bias,
+              o_w, o_b, parts.ln2.weight, parts.ln2.bias, m.fc1.weight, m.fc1.bias, fc2_w, fc2_b)
+    return params, dict(num_heads=a.heads, eps=parts.ln1.eps, **activation_kwargs(m))
 
 
 def block_layer(vit_block: Callable, *, has_backward: bool, name: str = "ViTLayer") -> type[nn.Module]:
-    """A replacement for transformers' ``ViTLayer`` running ``vit_block(x, *params, num_heads, eps)``
-    (layernorm, attention with its projections, residual, layernorm, MLP, residual in one kernel)."""
+    """A replacement for a vision transformer's encoder layer (``ViTLayer``, ``Dinov2Layer``,
+    ``SiglipEncoderLayer``, ...) running ``vit_block(x, *params, num_heads, eps, activation)`` (layernorm,
+    attention with its projections, residual, layernorm, MLP, residual in one kernel)."""
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
         if attention_mask is not None:
-            raise ValueError("attention_mask: the kernel-backed ViTLayer takes no mask")
-        if self.training and (self.dropout.p > 0 or self.attention.attention_dropout > 0):
-            raise ValueError("dropout: the kernel-backed ViTLayer has no dropout; call model.eval()")
+            raise ValueError("attention_mask: the kernel-backed encoder layer takes no mask")
+        parts = layer_parts(self)
+        if self.training and (parts.dropout > 0 or attention_parts(parts.attention).dropout > 0):
+            raise ValueError("dropout: the kernel-backed encoder layer has no dropout; call model.eval()")
         params, options = block_args(self)
         return vit_block(hidden_states, *params, **options)
 

@@ -1,8 +1,9 @@
-"""neuron/gelu-mlp: Linear -> GELU (exact, erf) -> Linear fused in one NKI kernel; the hidden activations
-stay on chip.
+"""neuron/gelu-mlp: Linear -> GELU -> Linear fused in one NKI kernel; the hidden activations stay on chip.
+The GELU is the exact (erf) one by default, or the tanh approximation (SigLIP) or quick GELU (CLIP).
 
     from kernels.library.gelu_mlp import gelu_mlp
     y = gelu_mlp(x, fc1_weight, fc1_bias, fc2_weight, fc2_bias)   # torch Linear layout ([out, in])
+    y = gelu_mlp(x, ..., activation="quick_gelu")                 # "gelu", "gelu_tanh", "quick_gelu"
 """
 from __future__ import annotations
 
@@ -11,19 +12,20 @@ import torch
 from kernels.library import common
 from kernels.torch_ops import OpLibrary
 
-from .nki_kernels import gelu_mlp_kernel, plan
+from .nki_kernels import ACTIVATIONS, gelu_mlp_kernel, plan
 
 __version__ = "1.0.0"
-__all__ = ["gelu_mlp", "ops", "gelu_mlp_kernel"]
+__all__ = ["gelu_mlp", "ops", "gelu_mlp_kernel", "ACTIVATION_NAMES"]
+ACTIVATION_NAMES = tuple(ACTIVATIONS)
 
 _lib = OpLibrary("gelu_mlp", __version__, __file__)
 
 
-@_lib.op("gelu_mlp", fake=lambda x, w1, b1, w2, b2: torch.empty_like(x))
+@_lib.op("gelu_mlp", fake=lambda x, w1, b1, w2, b2, activation="gelu": torch.empty_like(x))
 def _gelu_mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
-              b2: torch.Tensor) -> torch.Tensor:
+              b2: torch.Tensor, activation: str = "gelu") -> torch.Tensor:
     token_block, resident = plan(x.shape[-1], w1.shape[0], x.element_size())
-    y = common.run(gelu_mlp_kernel, common.rows(x), w1, b1, w2, b2, token_block, resident)
+    y = common.run(gelu_mlp_kernel, common.rows(x), w1, b1, w2, b2, token_block, resident, activation)
     return common.unrows(y, x)
 
 
@@ -49,14 +51,17 @@ def check_mlp_params(d: int, ref: torch.Tensor, fc1_weight, fc1_bias, fc2_weight
 
 
 def gelu_mlp(x: torch.Tensor, fc1_weight: torch.Tensor, fc1_bias: torch.Tensor, fc2_weight: torch.Tensor,
-             fc2_bias: torch.Tensor) -> torch.Tensor:
-    """``fc2(gelu(fc1(x)))`` with exact (erf) GELU, as ``torch.nn.functional.gelu``'s default.
+             fc2_bias: torch.Tensor, activation: str = "gelu") -> torch.Tensor:
+    """``fc2(act(fc1(x)))``: ``activation`` "gelu" is the exact (erf) GELU, as ``torch.nn.functional.gelu``'s
+    default; "gelu_tanh" its tanh approximation (``approximate="tanh"``); "quick_gelu" x * sigmoid(1.702 x).
 
     x: [..., D] bfloat16 or float32; fc1_weight [H, D], fc1_bias [H], fc2_weight [D, H], fc2_bias [D] in
     x's dtype. Returns [..., D] in x's dtype. Raises ValueError for bad arguments before any simulation.
     """
     common.check_tensor("x", x)
     check_mlp_params(x.shape[-1], x, fc1_weight, fc1_bias, fc2_weight, fc2_bias)
-    return ops.gelu_mlp(x, fc1_weight, fc1_bias, fc2_weight, fc2_bias)
+    return ops.gelu_mlp(x, fc1_weight, fc1_bias, fc2_weight, fc2_bias,
+                        common.check_choice("activation", activation, ACTIVATION_NAMES))
+
 
 from . import layers  # noqa: E402  (kernelize finds the layers here; they use the names above)

@@ -15,6 +15,11 @@ from kernels.library.matmul.nki_kernels import (TILE_K, TILE_M, TILE_N, _cdiv, b
                                                 plain_tiles, transpose_into)
 
 
+# the GELUs of vision transformers, by the name the kernels take: exact (erf; ViT, DeiT, DINOv2), the tanh
+# approximation (SigLIP's gelu_pytorch_tanh) and x * sigmoid(1.702 x) (CLIP's quick_gelu)
+ACTIVATIONS = {"gelu": nl.gelu, "gelu_tanh": nl.gelu_apprx_tanh, "quick_gelu": nl.gelu_apprx_sigmoid}
+
+
 def load_linear(w, b):
     """A torch Linear's weight w [out, in] and bias b [out] as W^T [128, n_in_tiles, out] (SBUF, w's dtype)
     and a per-partition bias [128, n_out_tiles] (fp32; column t holds b[t*128:(t+1)*128])."""
@@ -117,19 +122,20 @@ def linear_rows(x_t, in_f, tokens, w_t, out_f, add_tiles, out_dtype):
     return outs
 
 
-def mlp_block(x_t, d, tokens, w1, b1, w2, hidden, add_tiles, out_dtype):
-    """GELU MLP of one token block: x^T [128, n_d_tiles, tokens <= 512] -> [(out tile [rows, d], rows)].
+def mlp_block(x_t, d, tokens, w1, b1, w2, hidden, add_tiles, out_dtype, act=nl.gelu):
+    """GELU MLP (``act``, one of ACTIVATIONS' values) of one token block: x^T [128, n_d_tiles, tokens <= 512] -> [(out tile [rows, d], rows)].
     ``w1`` is (W1^T, b1 columns) from load_linear and ``w2`` is W2^T, or HBM weights (fc1_weight, fc1_bias)
     and fc2_weight to load here (weights that do not stay resident: each is live only for its matmul)."""
     w1_t, b1_cols = w1 if isinstance(w1, tuple) else load_linear(w1, b1)
-    h_t = linear_t(x_t, d, tokens, w1_t, b1_cols, hidden, nl.gelu, x_t.dtype)
+    h_t = linear_t(x_t, d, tokens, w1_t, b1_cols, hidden, act, x_t.dtype)
     w2_t = w2 if w2.buffer == "sbuf" else build_a_transposed(w2, 0, d, k_slices(0, hidden, 1))
     return linear_rows(h_t, hidden, tokens, w2_t, d, add_tiles, out_dtype)
 
 
 @nki.jit
-def gelu_mlp_kernel(x, fc1_weight, fc1_bias, fc2_weight, fc2_bias, token_block=512, resident=True):
-    """x [R, D] -> GELU(x W1^T + b1) W2^T + b2, [R, D] in x's dtype. fc1_weight [H, D], fc1_bias [H],
+def gelu_mlp_kernel(x, fc1_weight, fc1_bias, fc2_weight, fc2_bias, token_block=512, resident=True,
+                    activation="gelu"):
+    """x [R, D] -> GELU(x W1^T + b1) W2^T + b2, [R, D] in x's dtype; ``activation`` a key of ACTIVATIONS. fc1_weight [H, D], fc1_bias [H],
     fc2_weight [D, H], fc2_bias [D] (torch Linear layout, x's dtype). Tokens go in blocks of
     ``token_block`` (<= 512, the moving free size of the first matmul). With ``resident`` the weights are
     transposed once and stay in SBUF; otherwise they are reloaded per token block (weights too large
@@ -146,7 +152,8 @@ def gelu_mlp_kernel(x, fc1_weight, fc1_bias, fc2_weight, fc2_bias, token_block=5
         r0 = blk * token_block
         tokens = min(token_block, r - r0)
         x_t = transposed_rows(load_rows(x, r0, tokens, d), d, x.dtype)
-        outs = mlp_block(x_t, d, tokens, w1, fc1_bias, w2, hidden, lambda i, rows: b2, x.dtype)
+        outs = mlp_block(x_t, d, tokens, w1, fc1_bias, w2, hidden, lambda i, rows: b2, x.dtype,
+                         ACTIVATIONS[activation])
         for i, (o, rows) in enumerate(outs):
             nisa.dma_copy(dst=out[r0 + i * TILE_M:r0 + i * TILE_M + rows, :], src=o)
     return out

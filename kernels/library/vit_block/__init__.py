@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from kernels.library import common
+from kernels.library.gelu_mlp.nki_kernels import ACTIVATIONS
 from kernels.torch_ops import OpLibrary
 
 from .nki_kernels import vit_block_kernel
@@ -41,12 +42,13 @@ def _vit_block(x: torch.Tensor, ln1_weight: torch.Tensor, ln1_bias: torch.Tensor
                q_bias: torch.Tensor, k_weight: torch.Tensor, k_bias: torch.Tensor, v_weight: torch.Tensor,
                v_bias: torch.Tensor, o_weight: torch.Tensor, o_bias: torch.Tensor, ln2_weight: torch.Tensor,
                ln2_bias: torch.Tensor, fc1_weight: torch.Tensor, fc1_bias: torch.Tensor,
-               fc2_weight: torch.Tensor, fc2_bias: torch.Tensor, num_heads: int, eps: float) -> torch.Tensor:
+               fc2_weight: torch.Tensor, fc2_bias: torch.Tensor, num_heads: int, eps: float,
+               activation: str = "gelu") -> torch.Tensor:
     params = (ln1_weight, ln1_bias, q_weight, q_bias, k_weight, k_bias, v_weight, v_bias, o_weight, o_bias,
               ln2_weight, ln2_bias, fc1_weight, fc1_bias, fc2_weight, fc2_bias)
     x3 = x.detach().reshape(-1, *x.shape[-2:]).contiguous()
     # The kernel chooses resident weights and the image pipeline for the SBUF of the target it is traced for.
-    y = common.run(vit_block_kernel, x3, *params, int(num_heads), float(eps))
+    y = common.run(vit_block_kernel, x3, *params, int(num_heads), float(eps), None, None, activation)
     return y.reshape(x.shape).to(x.device)
 
 
@@ -79,17 +81,20 @@ def check_params(x: torch.Tensor, params, num_heads) -> None:
     common.check_same_dtype("x", x, **named)
 
 
-def vit_block(x: torch.Tensor, *params: torch.Tensor, num_heads: int, eps: float = 1e-12) -> torch.Tensor:
-    """A transformers ViTLayer forward (eval mode) on the NeuronCore.
+def vit_block(x: torch.Tensor, *params: torch.Tensor, num_heads: int, eps: float = 1e-12,
+              activation: str = "gelu") -> torch.Tensor:
+    """A transformers ViTLayer forward (eval mode) on the NeuronCore (and, with their parameters mapped,
+    DeiT, DINOv2, SigLIP and CLIP vision layers: see kernels.vit).
 
     x: [..., S, D] bfloat16 or float32 (S <= 2048; leading dims are images); params: the 16 tensors of
     PARAM_NAMES in x's dtype, Linear weights in torch layout ([out, in]); ``num_heads`` with head dim
-    D / num_heads from 1 to 256; ``eps`` of both LayerNorms. Returns x's shape and dtype.
+    D / num_heads from 1 to 256; ``eps`` of both LayerNorms; ``activation`` the MLP's GELU ("gelu" exact,
+    "gelu_tanh", "quick_gelu"). Returns x's shape and dtype.
     Raises ValueError for bad arguments before any simulation.
     """
     check_params(x, params, num_heads)
     eps = common.check_eps("eps", eps)
-    return ops.vit_block(x, *params, num_heads, eps)
+    return ops.vit_block(x, *params, num_heads, eps, common.check_choice("activation", activation, tuple(ACTIVATIONS)))
 
 
 def layer_params(layer) -> tuple:

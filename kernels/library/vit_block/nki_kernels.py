@@ -18,6 +18,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
+from kernels.library.gelu_mlp.nki_kernels import ACTIVATIONS
 from kernels.library.layernorm.nki_kernels import load_row_vector
 from kernels.library.matmul.nki_kernels import TILE_K, TILE_M, _cdiv, plain_tiles, transpose_into
 
@@ -105,10 +106,12 @@ def _chain(*gens):
 
 @nki.jit
 def vit_block_kernel(x, ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, ln2_w, ln2_b, fc1_w, fc1_b,
-                     fc2_w, fc2_b, heads, eps, resident=None, interleave=None):
+                     fc2_w, fc2_b, heads, eps, resident=None, interleave=None, activation="gelu"):
     """One ViTLayer. x [B, S, D] (bf16/fp32, HBM); Linear weights in torch layout ([out, in]): q/k/v/o
     [D, D], fc1 [H, D], fc2 [D, H]; biases and LayerNorm parameters 1-D; all in x's dtype.
-    Returns [B, S, D] in x's dtype. S <= 2048 (scores of one query tile fit 4 PSUM banks).
+    Returns [B, S, D] in x's dtype. S <= 2048 (scores of one query tile fit 4 PSUM banks); any head dim
+    D / heads up to 256 (see stages.head_layout); ``activation`` the MLP's GELU (a key of gelu_mlp's
+    ACTIVATIONS: "gelu", "gelu_tanh", "quick_gelu").
     With ``interleave`` >= 2 the images form a software pipeline: while image b runs its attention
     (Vector/Scalar bound), image b-1 runs its output projection and MLP and image b+1 its LayerNorm and
     Q/K/V projections (Tensor bound), interleaved unit by unit in program order. With 1 the images run
@@ -134,7 +137,7 @@ def vit_block_kernel(x, ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, ln
         return attention_stage(st[b], s, d, heads, x.dtype) if 0 <= b < n_img else None
 
     def post(b):
-        return post_stage(st[b], out, b, w, s, d, hidden, eps) if 0 <= b < n_img else None
+        return post_stage(st[b], out, b, w, s, d, hidden, eps, ACTIVATIONS[activation]) if 0 <= b < n_img else None
 
     if interleave <= 1:
         for b in range(n_img):

@@ -195,9 +195,10 @@ def attention_stage(st, s, d, heads, dt):
     st["attn"] = outs
 
 
-def post_stage(st, out, b, w, s, d, hidden, eps):
+def post_stage(st, out, b, w, s, d, hidden, eps, act=nl.gelu):
     """Image b from st's attn and x_rows to out[b] (HBM [B, S, D]): output projection with bias and
-    residual, LN2, the GELU MLP with bias and residual, stored row tile by row tile."""
+    residual, LN2, the MLP with GELU ``act`` (gelu_mlp's ACTIVATIONS), bias and residual, stored row tile
+    by row tile."""
     dt = out.dtype
     attn_t = transposed_rows(st.pop("attn"), d, dt)
     yield
@@ -215,7 +216,7 @@ def post_stage(st, out, b, w, s, d, hidden, eps):
     yield
     fc1_w, fc1_b = w["fc1"]
     h_t = [nl.ndarray((TILE_K, s), dtype=dt, buffer=nl.sbuf) for _ in range(_cdiv(hidden, TILE_K))]
-    yield from linear_t_units(hn_t, d, s, fc1_w, fc1_b, hidden, nl.gelu, h_t)
+    yield from linear_t_units(hn_t, d, s, fc1_w, fc1_b, hidden, act, h_t)
     fc2_b, outs = w["fc2_b"], []
     yield from linear_rows_units(h_t, hidden, s, w["fc2"], d, lambda i, rows: _added(h1[i][0], fc2_b, rows, d),
                                  dt, outs)

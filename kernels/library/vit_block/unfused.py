@@ -9,7 +9,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-from kernels.library.gelu_mlp.nki_kernels import linear_rows, load_rows, transposed_rows
+from kernels.library.gelu_mlp.nki_kernels import ACTIVATIONS, linear_rows, load_rows, transposed_rows
 from kernels.library.layernorm.nki_kernels import layer_norm_kernel, load_row_vector
 from kernels.library.matmul.nki_kernels import TILE_M, TILE_N, _cdiv, build_a_transposed, k_slices
 from kernels.library.softmax.nki_kernels import softmax_kernel
@@ -34,15 +34,16 @@ def linear_kernel(x, w, b):
 
 @nki.jit
 def elementwise_kernel(a, b, op):
-    """``op`` = "gelu" (of a; b ignored) or "add" (a + b), row tiles of [R, F] -> [R, F] in a's dtype."""
+    """``op`` = a GELU of gelu_mlp's ACTIVATIONS (of a; b ignored) or "add" (a + b), row tiles of [R, F] ->
+    [R, F] in a's dtype."""
     r, f = a.shape
     out = nl.ndarray((r, f), dtype=a.dtype, buffer=nl.shared_hbm)
     for t in nl.affine_range(_cdiv(r, TILE_M)):
         rows = min(TILE_M, r - t * TILE_M)
         (at, _), = load_rows(a, t * TILE_M, rows, f)
         o = nl.ndarray((rows, f), dtype=a.dtype, buffer=nl.sbuf)
-        if op == "gelu":
-            nisa.activation(dst=o, op=nl.gelu, data=at)
+        if op in ACTIVATIONS:
+            nisa.activation(dst=o, op=ACTIVATIONS[op], data=at)
         else:
             (bt, _), = load_rows(b, t * TILE_M, rows, f)
             nisa.tensor_tensor(dst=o, data1=at, data2=bt, op=nl.add)
@@ -78,8 +79,9 @@ def batched_matmul_kernel(a, b, transpose_b, scale):
     return out
 
 
-def vit_block_unfused(x, params, num_heads, eps, call=None):
-    """The ViT block as 13 kernel launches. x [B, S, D] torch; params in vit_block.PARAM_NAMES order.
+def vit_block_unfused(x, params, num_heads, eps, call=None, activation="gelu"):
+    """The ViT block as 13 kernel launches. x [B, S, D] torch; params in vit_block.PARAM_NAMES order;
+    ``activation`` the MLP's GELU (a key of gelu_mlp's ACTIVATIONS).
     ``call(kernel, *args)`` runs one launch (default: run it on the simulator); the benchmark passes a
     callable that also profiles it. Returns [B, S, D] in x's dtype."""
     call = call or (lambda kernel, *args: kernel(*args))
@@ -98,7 +100,7 @@ def vit_block_unfused(x, params, num_heads, eps, call=None):
     a = a.reshape(n_img, num_heads, s, dh).transpose(1, 2).reshape(-1, d).contiguous()
     h1 = call(elementwise_kernel, call(linear_kernel, a, o_w, o_b), rows, "add")
     m = call(linear_kernel, call(layer_norm_kernel, h1, ln2_w, ln2_b, float(eps)), fc1_w, fc1_b)
-    m = call(linear_kernel, call(elementwise_kernel, m, m, "gelu"), fc2_w, fc2_b)
+    m = call(linear_kernel, call(elementwise_kernel, m, m, activation), fc2_w, fc2_b)
     return call(elementwise_kernel, m, h1, "add").reshape(x.shape)
 
 

@@ -30,6 +30,15 @@ def test_matches_reference(rows, d, h, dtype, seed):
     _close(y, reference(x, *p), dtype)
 
 
+@pytest.mark.parametrize("activation", ["gelu_tanh", "quick_gelu"])
+def test_siglip_and_clip_gelus(activation):
+    g = torch.Generator().manual_seed(4)
+    x, p = torch.randn(40, 72, generator=g) * 2, _params(72, 96, torch.float32, g)
+    _close(gelu_mlp(x, *p, activation=activation), reference(x, *p, activation), torch.float32)
+    with pytest.raises(ValueError, match="'activation'"):
+        gelu_mlp(x, *p, activation="relu")
+
+
 def test_reloaded_weights_and_small_token_blocks():
     g = torch.Generator().manual_seed(1)
     x, p = torch.randn(150, 130, generator=g), _params(130, 200, torch.float32, g)
