@@ -6,7 +6,10 @@
 4. fetch each with ``kernels.get`` and verify it on the simulator against an independent torch
    reference, timing the simulator against torch in the same run;
 5. kernelize a small randomly initialised transformers ViT with kernels fetched from the Hub and compare;
-6. write PNG plots and the Perfetto trace and timeline of vit-attn; print one results table.
+6. kernelize one model of every vision-transformer family (ViT, DeiT, DINOv2 with and without registers,
+   SigLIP and CLIP vision: published widths and head dims, one layer) from the Hub and compare;
+7. write PNG plots and the Perfetto trace and timeline of vit-attn; print one results table (a row per
+   kernel and dtype, and per family).
 """
 from __future__ import annotations
 
@@ -93,6 +96,43 @@ def _kernelize_vit(endpoint: str, progress: Progress) -> tuple[bool, float, str]
     return err < 3e-2 and sum(calls.values()) > 0, err, report.table()
 
 
+def _kernelize_families(progress: Progress) -> list[tuple]:
+    """Each vision-transformer family's published config (one layer, a two-patch-wide image), randomly
+    initialised, kernelized with layers fetched from the Hub and compared with its eager forward:
+    [(family, ok, max rel err, kernel calls)]."""
+    import torch
+
+    import kernels
+    from kernels.layers import LayerRepository, Mode, use_kernel_mapping
+    from kernels.torch_ops import count_calls
+    from kernels.vit_models import MODELS, build
+    from kernels.vit_parts import FAMILIES
+
+    def hub(repo, layer, mode=Mode.FALLBACK):
+        return {"cpu": {mode: LayerRepository(repo, version=1, layer_name=layer)}}
+
+    mapping = {"LayerNorm": hub("neuron/layernorm", "LayerNorm")}
+    for fam in FAMILIES.values():
+        mapping.update({fam.layer: hub("neuron/vit-block", "ViTLayer", Mode.INFERENCE),
+                        fam.attention: hub("neuron/vit-attn", "ViTAttention", Mode.INFERENCE),
+                        fam.mlp: hub("neuron/gelu-mlp", "ViTMLP")})
+    rows = []
+    for family, spec in MODELS.items():
+        model = build(family, layers=1, image_size=2 * spec.config["patch_size"])
+        pixels = torch.randn(2, 3, model.config.image_size, model.config.image_size)
+        with torch.no_grad():
+            expected = model(pixel_values=pixels).last_hidden_state
+        with use_kernel_mapping(mapping, inherit_mapping=False):
+            kernels.kernelize(model, mode=Mode.INFERENCE, device="cpu")
+        with torch.no_grad(), count_calls() as calls:
+            got = model(pixel_values=pixels).last_hidden_state
+        err = float((got - expected).abs().max() / expected.abs().max())
+        n = sum(calls.values())
+        rows.append((family, err < 1e-3 and n > 0, err, n, len(model.kernelize_report.replaced)))
+        progress.note(f"{family} ({spec.checkpoint} widths, 1 layer): {n} kernel calls, max rel err {err:.1e}")
+    return rows
+
+
 def main(argv=None) -> int:
     """Run the demo; returns the process exit code (non-zero if any kernel is wrong)."""
     parser = argparse.ArgumentParser(prog="kernels.demo", description=__doc__.splitlines()[0])
@@ -100,7 +140,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    progress = Progress(6)
+    progress = Progress(7)
 
     progress.step("starting the embedded Hub")
     from hub_client.server import serve_in_background
@@ -164,6 +204,10 @@ def _run(out: Path, endpoint: str, progress: Progress) -> int:
     vit_ok, vit_err, vit_report = _kernelize_vit(endpoint, progress)
     progress.done()
 
+    progress.step("kernelizing every vision-transformer family (ViT, DeiT, DINOv2, SigLIP, CLIP) from the Hub")
+    families = _kernelize_families(progress)
+    progress.done()
+
     progress.step(f"writing plots, the vit-attn trace and results to {out}")
     _write_outputs(out, checks, estimates, vit_report)
     estimates_png(list(estimates.values()), out / "estimated_latency.png")
@@ -178,12 +222,15 @@ def _run(out: Path, endpoint: str, progress: Progress) -> int:
             rows.append((repo, c.dtype, "ok" if c.ok else "WRONG", f"{c.max_rel_error:.1e}",
                          f"{c.sim_over_torch:.1f}x", f"{e.latency_s['trn1'] * 1e6:.1f}",
                          f"{e.latency_s['trn2'] * 1e6:.1f}", f"{speed:.2f}x" if speed else "-", e.size))
+    for family, ok, err, calls, replaced in families:
+        rows.append((f"{family} model", "float32", "ok" if ok else "WRONG", f"{err:.1e}", "-", "-", "-", "-",
+                     f"kernelized end to end: {replaced} layers, {calls} kernel calls"))
     print(_table(rows, ("kernel", "dtype", "result", "max rel err", "sim/torch time",
                         "trn1 us (est.)", "trn2 us (est.)", "fused/unfused (est.)", "estimated at")))
     print(f"\nViT kernelized with Hub kernels: {'ok' if vit_ok else 'WRONG'} (max rel err {vit_err:.1e})")
     print(vit_report)
     print(f"\nPlots, trace and results in {out}/ (every latency is a cost-model estimate).")
-    return 0 if all(c.ok for c in checks) and vit_ok else 1
+    return 0 if all(c.ok for c in checks) and vit_ok and all(f[1] for f in families) else 1
 
 
 def _write_outputs(out: Path, checks, estimates, vit_report: str) -> None:

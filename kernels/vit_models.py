@@ -20,9 +20,10 @@ class ModelSpec:
     config_class: str
     config: dict = field(default_factory=dict)
 
-    def make_config(self, layers: int | None = None, image_size: int | None = None):
-        """The transformers config; ``layers`` and ``image_size`` shrink the model (widths and head dims
-        stay the published ones)."""
+    def make_config(self, layers: int | None = None, image_size: int | None = None, heads: int | None = None):
+        """The transformers config; ``layers`` and ``image_size`` shrink the model, and ``heads`` the
+        widths with it (hidden and MLP sizes scaled by heads / published heads); the head dim stays the
+        published one."""
         import transformers
 
         values = dict(self.config)
@@ -30,44 +31,53 @@ class ModelSpec:
             values["num_hidden_layers"] = layers
         if image_size is not None:
             values["image_size"] = image_size
+        if heads is not None:
+            old = values["num_attention_heads"]
+            values["hidden_size"] = values["hidden_size"] // old * heads
+            values["num_attention_heads"] = heads
+            if "intermediate_size" in values:
+                values["intermediate_size"] = values["intermediate_size"] * heads // old
         config = getattr(transformers, self.config_class)(**values)
         config._attn_implementation = "eager"
         return config
 
 
+def _widths(hidden, layers, heads, mlp, image, patch, eps, act, **extra) -> dict:
+    """Config values from a model card: hidden size, layers, heads, MLP size (None: the config's
+    mlp_ratio says), image and patch size, the LayerNorm eps and the activation."""
+    sizes = {} if mlp is None else dict(intermediate_size=mlp)
+    return dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, image_size=image,
+                patch_size=patch, layer_norm_eps=eps, hidden_act=act, **sizes, **extra)
+
+
+_DINOV2_SMALL = _widths(384, 12, 6, None, 518, 14, 1e-6, "gelu", mlp_ratio=4, layerscale_value=1.0)
+
 MODELS = {m.family: m for m in (
     ModelSpec("ViT", "google/vit-base-patch16-224", "ViTModel", "ViTConfig",
-              dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-                   image_size=224, patch_size=16, layer_norm_eps=1e-12, hidden_act="gelu")),
+              _widths(768, 12, 12, 3072, 224, 16, 1e-12, "gelu")),
     ModelSpec("DeiT", "facebook/deit-small-distilled-patch16-224", "DeiTModel", "DeiTConfig",
-              dict(hidden_size=384, num_hidden_layers=12, num_attention_heads=6, intermediate_size=1536,
-                   image_size=224, patch_size=16, layer_norm_eps=1e-12, hidden_act="gelu")),
-    ModelSpec("DINOv2", "facebook/dinov2-small", "Dinov2Model", "Dinov2Config",
-              dict(hidden_size=384, num_hidden_layers=12, num_attention_heads=6, mlp_ratio=4, image_size=518,
-                   patch_size=14, layer_norm_eps=1e-6, layerscale_value=1.0, hidden_act="gelu")),
+              _widths(384, 12, 6, 1536, 224, 16, 1e-12, "gelu")),
+    ModelSpec("DINOv2", "facebook/dinov2-small", "Dinov2Model", "Dinov2Config", _DINOV2_SMALL),
     ModelSpec("DINOv2 with registers", "facebook/dinov2-with-registers-small", "Dinov2WithRegistersModel",
-              "Dinov2WithRegistersConfig",
-              dict(hidden_size=384, num_hidden_layers=12, num_attention_heads=6, mlp_ratio=4, image_size=518,
-                   patch_size=14, layer_norm_eps=1e-6, layerscale_value=1.0, hidden_act="gelu",
-                   num_register_tokens=4)),
+              "Dinov2WithRegistersConfig", dict(_DINOV2_SMALL, num_register_tokens=4)),
     ModelSpec("SigLIP vision", "google/siglip-so400m-patch14-384", "SiglipVisionModel", "SiglipVisionConfig",
-              dict(hidden_size=1152, num_hidden_layers=27, num_attention_heads=16, intermediate_size=4304,
-                   image_size=384, patch_size=14, layer_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh")),
+              _widths(1152, 27, 16, 4304, 384, 14, 1e-6, "gelu_pytorch_tanh")),
     ModelSpec("CLIP vision", "openai/clip-vit-large-patch14", "CLIPVisionModel", "CLIPVisionConfig",
-              dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
-                   image_size=224, patch_size=14, layer_norm_eps=1e-5, hidden_act="quick_gelu")),
+              _widths(1024, 24, 16, 4096, 224, 14, 1e-5, "quick_gelu")),
 )}
 
 
-def build(family: str, layers: int | None = None, image_size: int | None = None, seed: int = 0):
+def build(family: str, layers: int | None = None, image_size: int | None = None, seed: int = 0,
+          heads: int | None = None):
     """A randomly initialised model of ``family`` (a key of MODELS) in eval mode, every parameter
-    perturbed (so zero-initialised biases and unit layer scales are exercised too)."""
+    perturbed (so zero-initialised biases and unit layer scales are exercised too); ``layers``,
+    ``image_size`` and ``heads`` shrink it (see ModelSpec.make_config)."""
     import torch
     import transformers
 
     spec = MODELS[family]
     torch.manual_seed(seed)
-    model = getattr(transformers, spec.model_class)(spec.make_config(layers, image_size)).eval()
+    model = getattr(transformers, spec.model_class)(spec.make_config(layers, image_size, heads)).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.05)

@@ -5,7 +5,8 @@
 
 q (..., Hq, Sq, D), k and v (..., Hkv, Sk, D) as torch's scaled_dot_product_attention, bf16 or fp32;
 GQA/MQA when Hq is a multiple of Hkv; any head dim D from 1 to 256; any sequence lengths (the backward
-keeps a head in SBUF: see check_bwd_fits). Both functions are torch custom ops
+and forward run a head whole when it fits the target's SBUF, else by square blocks: ``blocks``). Both
+functions are torch custom ops
 (``ops``) with fake implementations and autograd through the backward kernel.
 """
 import torch
@@ -15,6 +16,7 @@ from kernels.torch_ops import OpLibrary, launch
 
 from . import nki_kernels
 from .attention_backward import backward
+from .blocks import whole_or_blocks
 
 __version__ = "1.0.0"
 __all__ = ["flash_attention", "flash_attention_with_lse", "ops", "__version__"]
@@ -57,7 +59,9 @@ def _fake_fwd(q, k, v, causal, scale):
 def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
          scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     h = common.heads
-    out, lse = launch(nki_kernels.flash_fwd_kernel, h(q), h(k), h(v), causal, scale)
+    # a head too long for SBUF in one call (fp32 or D > 128 at long sequences) runs by square blocks
+    out, lse = whole_or_blocks(launch, nki_kernels.flash_fwd_kernel, h(q), h(k), h(v), (causal, scale), causal,
+                               scale, True)
     return out.reshape(q.shape).to(q.device), lse.reshape(q.shape[:-1]).to(q.device)
 
 

@@ -6,7 +6,7 @@ carry it, with the backward kernel it launches, without registering flash-attn's
 from kernels.library import common
 from kernels.torch_ops import launch
 
-from . import nki_kernels
+from . import blocks, nki_kernels
 
 
 def backward(q, k, v, out, grad_out, lse, grad_lse, causal: bool, scale: float):
@@ -16,6 +16,9 @@ def backward(q, k, v, out, grad_out, lse, grad_lse, causal: bool, scale: float):
     def rows(t):
         return t.detach().reshape(-1, *t.shape[-2:])
     h = common.heads
-    dq, dk, dv = launch(nki_kernels.flash_bwd_kernel, h(q), h(k), h(v), h(out), h(grad_out.to(q.dtype)),
-                        rows(lse), rows(grad_lse.float()), causal, scale)
+    args = (h(q), h(k), h(v), h(out), h(grad_out.to(q.dtype)), rows(lse), rows(grad_lse.float()), causal, scale)
+    if blocks.bwd_fits(args[0], args[1], causal):
+        dq, dk, dv = launch(nki_kernels.flash_bwd_kernel, *args)
+    else:   # a head too long for SBUF in one call: square blocks, dQ/dK/dV summed in fp32
+        dq, dk, dv = blocks.backward(launch, *args)
     return dq.reshape(q.shape).to(q.device), dk.reshape(k.shape).to(k.device), dv.reshape(v.shape).to(v.device)

@@ -23,3 +23,9 @@ def attention_with_lse(q, k, v, causal=False, scale=None):
 def attention(q, k, v, causal=False, scale=None):
     """The output of :func:`attention_with_lse`."""
     return attention_with_lse(q, k, v, causal, scale)[0]
+
+
+def gradients(q, k, v, w, causal=False, scale=None):
+    """(dq, dk, dv) in fp32 of sum(attention(q, k, v) * w): the reference the backward kernel answers to."""
+    leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    return torch.autograd.grad((attention(*leaves, causal, scale) * w).sum(), leaves)

@@ -3,7 +3,9 @@
     out = vit_attention(q, k, v, scale=None)
 
 q, k, v (..., H, S, D) as torch's scaled_dot_product_attention (non-causal), bf16 or fp32, S <= 4096,
-any head dim D from 1 to 256 (D <= 128 on D partitions, no padding; over 128 split in two). One kernel goes from Q, K, V to the output; scores and probabilities stay on chip.
+any head dim D from 1 to 256 (D <= 128 on D partitions, no padding; over 128 split in two). One kernel
+goes from Q, K, V to the output; scores and probabilities stay on chip. A head too long for SBUF in one
+call (fp32 at long sequences) runs as flash-attn's square blocks.
 ``ops.vit_attention`` is the torch custom op (fake implementation for torch.compile);
 ``ops.vit_attention_with_lse`` also returns lse (B..., H, S) fp32, and ``ops.vit_attention_backward``
 runs neuron/flash-attn's backward kernel (carried in this package when published) on the saved out and lse:
@@ -13,6 +15,7 @@ import torch
 
 from kernels.library import common
 from kernels.library.flash_attn.attention_backward import backward as flash_attn_backward
+from kernels.library.flash_attn.blocks import whole_or_blocks
 from kernels.torch_ops import OpLibrary, launch
 
 from . import nki_kernels
@@ -45,7 +48,8 @@ def check_inputs(q, k, v, scale=None) -> float:
 @_lib.op("vit_attention", fake=lambda q, k, v, scale: torch.empty_like(q))
 def _vit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     h = common.heads
-    out = launch(nki_kernels.vit_attention_kernel, h(q), h(k), h(v), scale)
+    # a head too long for SBUF in one call (fp32 at long sequences) runs as flash-attn's square blocks
+    out = whole_or_blocks(launch, nki_kernels.vit_attention_kernel, h(q), h(k), h(v), (scale,), False, scale, False)
     return out.reshape(q.shape).to(q.device)
 
 
@@ -57,7 +61,8 @@ def _fake_with_lse(q, k, v, scale):
 def _vit_attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     h = common.heads
-    out, lse = launch(nki_kernels.vit_attention_kernel, h(q), h(k), h(v), scale, True)
+    out, lse = whole_or_blocks(launch, nki_kernels.vit_attention_kernel, h(q), h(k), h(v), (scale, True), False,
+                               scale, True)
     return out.reshape(q.shape).to(q.device), lse.reshape(q.shape[:-1]).to(q.device)
 
 

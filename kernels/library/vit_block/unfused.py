@@ -79,9 +79,11 @@ def batched_matmul_kernel(a, b, transpose_b, scale):
     return out
 
 
-def vit_block_unfused(x, params, num_heads, eps, call=None, activation="gelu"):
+def vit_block_unfused(x, params, num_heads, eps, call=None, activation="gelu", attend=None):
     """The ViT block as 13 kernel launches. x [B, S, D] torch; params in vit_block.PARAM_NAMES order;
-    ``activation`` the MLP's GELU (a key of gelu_mlp's ACTIVATIONS).
+    ``activation`` the MLP's GELU (a key of gelu_mlp's ACTIVATIONS). ``attend(call, q, k, v, scale)``
+    replaces the attention launches (q, k, v [B*H, S, dh] -> [B*H, S, dh]; the default's batched matmuls
+    take S <= 512).
     ``call(kernel, *args)`` runs one launch (default: run it on the simulator); the benchmark passes a
     callable that also profiles it. Returns [B, S, D] in x's dtype."""
     call = call or (lambda kernel, *args: kernel(*args))
@@ -94,9 +96,12 @@ def vit_block_unfused(x, params, num_heads, eps, call=None, activation="gelu"):
 
     def heads(t):
         return t.reshape(n_img, s, num_heads, dh).transpose(1, 2).reshape(-1, s, dh).contiguous()
-    scores = call(batched_matmul_kernel, heads(q), heads(k), True, float(dh) ** -0.5)
-    p = call(softmax_kernel, scores.reshape(-1, s)).reshape(-1, s, s)
-    a = call(batched_matmul_kernel, p, heads(v), False, 1.0)
+    if attend is not None:
+        a = attend(call, *(heads(t).unsqueeze(0) for t in (q, k, v)), float(dh) ** -0.5)
+    else:
+        scores = call(batched_matmul_kernel, heads(q), heads(k), True, float(dh) ** -0.5)
+        p = call(softmax_kernel, scores.reshape(-1, s)).reshape(-1, s, s)
+        a = call(batched_matmul_kernel, p, heads(v), False, 1.0)
     a = a.reshape(n_img, num_heads, s, dh).transpose(1, 2).reshape(-1, d).contiguous()
     h1 = call(elementwise_kernel, call(linear_kernel, a, o_w, o_b), rows, "add")
     m = call(linear_kernel, call(layer_norm_kernel, h1, ln2_w, ln2_b, float(eps)), fc1_w, fc1_b)
