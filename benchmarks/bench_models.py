@@ -27,8 +27,9 @@ from kernels.library.layernorm.nki_kernels import layer_norm_kernel
 from kernels.library.vit_attn.nki_kernels import vit_attention_kernel
 from kernels.library.vit_block.nki_kernels import vit_block_kernel
 from kernels.library.vit_block.unfused import linear_kernel, vit_block_unfused
+from kernels.library.model_layers import GELUS
 from kernels.vit_models import MODELS
-from kernels.vit_parts import GELUS, seq_len
+from kernels.vit_parts import seq_len
 from simulator.targets import get_target
 
 TARGETS = ("trn1", "trn2")

@@ -14,8 +14,6 @@ import functools
 
 import torch
 
-from nki.errors import KernelRuleError
-
 from . import nki_kernels
 
 
@@ -24,8 +22,8 @@ def _traces(kernel, shapes, consts, target) -> bool:
     args = [torch.empty(s, dtype=d) for s, d in shapes] + list(consts)
     try:
         kernel.trace(*args)   # kept in the kernel's cache when it fits: the allocator decides
-    except KernelRuleError as exc:
-        if exc.rule == "sbuf-capacity":
+    except ValueError as exc:   # nki's KernelRuleError; only the capacity rule means "split it"
+        if getattr(exc, "rule", None) == "sbuf-capacity":
             return False
         raise
     return True
