@@ -5,7 +5,7 @@ the numpy simulator, compile and profile them for trn1/trn2/trn3.
     import nki.language as nl
     import nki.isa as nisa
 """
-from nki import isa, language
+from nki import collectives, isa, language  # noqa: F401  (nki.collectives: between ranks)
 from nki import dtype, typing  # noqa: F401  (nki.dtype / nki.typing, as kernels annotate with them)
 from nki.errors import KernelRuleError, NkiError, SimulationError
 from nki.jit import JitKernel, jit, simulate

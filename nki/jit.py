@@ -142,40 +142,48 @@ class JitKernel:
         return SourceLoc(code.co_filename, code.co_firstlineno, 0, None,
                          linecache.getline(code.co_filename, code.co_firstlineno).rstrip("\n"))
 
-    def _trace(self, bound: inspect.BoundArguments, target) -> Program:
+    def _trace(self, bound: inspect.BoundArguments, target, ranks: list | None = None) -> Program:
+        """Trace every program instance of the launch grid; with ``ranks`` (one bound argument set per
+        rank, nki.multicore.run_ranks) every rank's instances, each rank with its own inputs and outputs."""
+        from nki import multicore
         b = tracing.Builder(self.fn.__name__, target)
         b.grid = self.grid
+        b.n_ranks = len(ranks) if ranks else 1
         with b.active():
             def arg(name, value):
                 if not is_array(value):
                     return value
                 arr = to_numpy(value)
-                spec = b.new_tensor(arr.shape, dtype_name(arr.dtype), "hbm", kind="input", name=name,
-                                    loc=self._def_loc())
+                spec = b.new_tensor(arr.shape, dtype_name(arr.dtype), "hbm", kind="input",
+                                    name=f"{name}_r{b.rank}" if ranks else name, loc=self._def_loc())
                 b.program.inputs.append(spec.name)
                 return NkiTensor(spec)
 
-            # Rebuild the call from the bound arguments (tensors replaced by handles), keeping *args and
-            # keyword-only parameters where they belong.
-            args, kwargs, P = [], {}, inspect.Parameter
-            for name, value in bound.arguments.items():
-                kind = self._sig.parameters[name].kind
-                if kind is P.VAR_POSITIONAL:
-                    args += [arg(f"{name}_{i}", v) for i, v in enumerate(value)]
-                elif kind is P.VAR_KEYWORD:
-                    kwargs.update({k: arg(k, v) for k, v in value.items()})
-                elif kind is P.KEYWORD_ONLY:
-                    kwargs[name] = arg(name, value)
-                else:
-                    args.append(arg(name, value))
-            ids = list(itertools.product(*(range(g) for g in self.grid))) if self.grid else [()]
-            ret = None
-            for pid in ids:
-                b.program_ids = pid
-                b._shared_cursor = 0
-                ret = self.fn(*args, **kwargs)
+            for b.rank, bound in enumerate(ranks or [bound]):
+                # Rebuild the call from the bound arguments (tensors replaced by handles), keeping *args
+                # and keyword-only parameters where they belong.
+                args, kwargs, P = [], {}, inspect.Parameter
+                for name, value in bound.arguments.items():
+                    kind = self._sig.parameters[name].kind
+                    if kind is P.VAR_POSITIONAL:
+                        args += [arg(f"{name}_{i}", v) for i, v in enumerate(value)]
+                    elif kind is P.VAR_KEYWORD:
+                        kwargs.update({k: arg(k, v) for k, v in value.items()})
+                    elif kind is P.KEYWORD_ONLY:
+                        kwargs[name] = arg(name, value)
+                    else:
+                        args.append(arg(name, value))
+                ids = list(itertools.product(*(range(g) for g in self.grid))) if self.grid else [()]
+                ret, b.shared_outputs = None, []   # every rank has its own HBM outputs
+                for pid in ids:
+                    b.begin_instance(pid)
+                    ret = self.fn(*args, **kwargs)
+                self._set_outputs(b.program, ret)
+        if b.syncs:
+            multicore.merge(b)   # before finish(): synchronisation points are instruction indices
         b.finish()
-        self._set_outputs(b.program, ret)
+        if ranks:
+            b.program.meta["ranks"] = len(ranks)
         validate(b.program, target, rules=False)
         allocate(b.program, target)
         return b.program

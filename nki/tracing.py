@@ -85,6 +85,12 @@ class Builder:
         self.grid: tuple[int, ...] = ()
         self.shared_outputs: list = []     # SPMD: shared_hbm tensors in creation order, reused per program
         self._shared_cursor = 0
+        # Multi-core: each traced program instance (a logical core of a grid launch, of one rank) and the
+        # synchronisation points its code reached (collectives, barriers); see nki.multicore.
+        self.rank = 0                      # the rank (kernel invocation) being traced
+        self.n_ranks = 1
+        self.instances: list = []          # (rank, program ids, first instruction index)
+        self.syncs: list = []              # (instance index, instruction index, nki.multicore.Sync)
 
     @contextlib.contextmanager
     def active(self):
@@ -93,6 +99,16 @@ class Builder:
             yield self
         finally:
             _current.reset(token)
+
+    def begin_instance(self, program_ids: tuple) -> None:
+        """Start tracing the program instance ``program_ids`` of the current rank."""
+        self.program_ids = program_ids
+        self._shared_cursor = 0
+        self.instances.append((self.rank, program_ids, len(self.program.instructions)))
+
+    def sync(self, event) -> None:
+        """Record that the instance being traced reaches synchronisation point ``event`` here."""
+        self.syncs.append((len(self.instances) - 1, len(self.program.instructions), event))
 
     def fresh_name(self, prefix: str) -> str:
         prefix = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in prefix) or "t"
@@ -111,7 +127,7 @@ class Builder:
         if any(s < 0 for s in shape):
             raise KernelRuleError("shape", f"negative dimension in shape {shape}", loc=loc or caller_loc())
         spec = TensorSpec(self.fresh_name(name or buffer), shape, dtype, buffer, kind,
-                          loc or caller_loc(), None, data)
+                          loc or caller_loc(), None, data, core=max(0, len(self.instances) - 1))
         return self.program.add_tensor(spec)
 
     def new_loop(self, kind: str, trip_count: int, loc: SourceLoc | None) -> int:

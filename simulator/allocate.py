@@ -97,8 +97,8 @@ def _round(n: int, unit: int) -> int:
     return -(-n // unit) * unit
 
 
-def _units(program: Program, live: dict, buffer: str, unit: int) -> list[_Unit]:
-    names = [n for n in live if program.tensors[n].buffer == buffer]
+def _units(program: Program, live: dict, buffer: str, unit: int, core: int = 0) -> list[_Unit]:
+    names = [n for n in live if program.tensors[n].buffer == buffer and program.tensors[n].core == core]
     blocked = {n for n in names if program.tensors[n].blocks > 1}
     by_block = _block_ranges(program, blocked) if blocked else {}
     out = []
@@ -316,8 +316,9 @@ def allocate(program: Program, target) -> Allocation:
     capacity = {"sbuf": target.sbuf_bytes_per_partition, "psum": target.psum_bytes_per_partition}
     unit = {"sbuf": SBUF_ALIGN_BYTES, "psum": target.psum_bank_bytes}
     peak = {"sbuf": 0, "psum": 0}
-    for buffer in ("sbuf", "psum"):
-        units = _units(program, live, buffer, unit[buffer])
+    # Each core of a multi-core launch (TensorSpec.core) has its own SBUF and PSUM.
+    for buffer, core in sorted({(program.tensors[n].buffer, program.tensors[n].core) for n in live}):
+        units = _units(program, live, buffer, unit[buffer], core)
         addrs, failed, exhausted = _place(units, capacity[buffer], unit[buffer])
         if addrs is None:
             raise _error(program, target, buffer, units, failed, capacity[buffer], exhausted)

@@ -47,6 +47,12 @@ DMA_OVERHEAD_BOUND_FLOOR = 0.25
 # transfer in flight (trigger, descriptor, fixed latency, data). How the compiler assigns DMAs to queues is
 # not published: the scheduler picks the queue that can start soonest.
 
+# -- collectives (between cores or ranks) ----------------------------------------------------------------
+# Each step of a ring collective waits for a DMA and a semaphore; the figure is not published: one DMA's
+# fixed latency per step (estimate). Data moves at the core's full DMA bandwidth (cores of a logical core
+# share HBM; links between devices are not modelled separately).
+COLLECTIVE_STEP_S = DMA_FIXED_LATENCY_S
+
 # -- scheduler ---------------------------------------------------------------------------------------------
 # A consumer may start ACCESS_START_CYCLES (its engine's clock) after a producer it reads from ends: the
 # ~60-cycle SBUF/PSUM access start is not hidden across a dependency. With MIN_II this gives ~124 cycles per
@@ -137,6 +143,12 @@ def stride_slowdown(ins, program, roles=None) -> int:
         if spec.on_chip and innermost_stride_bytes(ap, spec.np_dtype.itemsize) > STRIDE_PENALTY_BYTES:
             return STRIDE_PENALTY_SLOWDOWN
     return 1
+
+
+def collective_s(bytes_per_rank: int, steps: int, target) -> float:
+    """Seconds of a collective in which each rank receives ``bytes_per_rank`` bytes over ``steps`` ring
+    steps (estimate: see COLLECTIVE_STEP_S)."""
+    return steps * COLLECTIVE_STEP_S + bytes_per_rank / (target.dma_bytes_per_s_per_engine * target.dma_engines)
 
 
 def seconds(cycles: float, target, engine: str) -> float:

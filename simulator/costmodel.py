@@ -105,7 +105,7 @@ class _Tracker:
             if root.kind in ("input", "constant") and root.name not in written:
                 self.regions[name] = None  # never written: reads need no tracking
             elif spec.on_chip:
-                space = spec.buffer if spec.address is not None else root.name
+                space = (spec.buffer, spec.core) if spec.address is not None else root.name
                 self.regions[name] = (space, max(1, spec.free_size), spec.np_dtype.itemsize, spec.address or 0)
                 if root.block_addresses is not None and len(root.block_addresses) > 1:
                     self.blocks[name] = (root.block_bytes, root.block_addresses)

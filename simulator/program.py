@@ -30,6 +30,7 @@ class TensorSpec:
     ``shape`` is logical; for on-chip tensors dim 0 is the partition dim and the storage is
     ``shape[0]`` partitions of ``prod(shape[1:])`` elements. ``address`` is the byte offset inside each
     partition, set by allocation (on-chip only). ``data`` holds the bytes of a constant tensor.
+    ``core`` is the program instance (core) of a multi-core launch whose SBUF/PSUM holds an on-chip tensor.
     ``alias_of`` names the tensor whose storage this one reinterprets as another dtype (``.view(dtype)``,
     ``.ap(dtype=...)``): all of it, byte for byte, with the same partitions on chip; an alias has no
     storage, address or live range of its own.
@@ -49,6 +50,7 @@ class TensorSpec:
     alias_of: str | None = None
     block_bytes: int | None = None
     block_addresses: tuple[int, ...] | None = None
+    core: int = 0
 
     @property
     def blocks(self) -> int:
@@ -86,6 +88,8 @@ class TensorSpec:
         if self.block_bytes is not None:
             d["block_bytes"] = self.block_bytes
             d["block_addresses"] = None if self.block_addresses is None else list(self.block_addresses)
+        if self.core:
+            d["core"] = self.core
         return d
 
     @classmethod
@@ -94,7 +98,7 @@ class TensorSpec:
         blocks = d.get("block_addresses")
         return cls(d["name"], tuple(d["shape"]), d["dtype"], d["buffer"], d.get("kind", "internal"),
                    SourceLoc.from_json(d.get("loc")), d.get("address"), data, d.get("alias_of"),
-                   d.get("block_bytes"), None if blocks is None else tuple(blocks))
+                   d.get("block_bytes"), None if blocks is None else tuple(blocks), d.get("core", 0))
 
 
 @dataclass(frozen=True)
@@ -305,7 +309,8 @@ class Program:
             if spec.alias_of == root.name and spec.dtype == dtype:
                 return spec
         shape = (rows, row_bytes // item) if root.on_chip else (row_bytes // item,)
-        return self.add_tensor(TensorSpec(name, shape, dtype, root.buffer, "alias", root.loc, alias_of=root.name))
+        return self.add_tensor(TensorSpec(name, shape, dtype, root.buffer, "alias", root.loc, alias_of=root.name,
+                                          core=root.core))
 
     def summary(self) -> str:
         """One line: name, instruction count per engine."""

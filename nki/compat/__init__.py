@@ -11,6 +11,7 @@ from nki.compat import compiler, isa, language, typing  # noqa: F401
 from nki.compat.kernel import (BenchmarkResult, CompatKernel, LatencyResult, baremetal, benchmark, jit,  # noqa: F401
                                profile, simulate_kernel)
 from nki.tensor import NkiTensor as tensor  # noqa: F401  (``nki.tensor``: the tensor class)
+from nki.compat.extra import FrameworkKernel  # noqa: F401
 
 
 def trace(func=None, **kwargs):
@@ -18,7 +19,7 @@ def trace(func=None, **kwargs):
     return jit(func, **kwargs)
 
 
-__all__ = ["baremetal", "benchmark", "compiler", "isa", "jit", "language", "profile", "simulate_kernel",
+__all__ = ["FrameworkKernel", "baremetal", "benchmark", "compiler", "isa", "jit", "language", "profile", "simulate_kernel",
            "tensor", "trace", "typing"]
 
 

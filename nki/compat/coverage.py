@@ -17,7 +17,7 @@ INVENTORY = Path(__file__).with_name("nki_api.md")
 
 # Inventory module -> the module of this package that implements it (None: no such module here).
 MODULES = {
-    "nki": "nki", "nki.language": "nki.language", "nki.isa": "nki.isa", "nki.collectives": None,
+    "nki": "nki", "nki.language": "nki.language", "nki.isa": "nki.isa", "nki.collectives": "nki.collectives",
     "nki.typing": "nki.typing", "nki.compiler.kernel_builder": None,
     "neuronxcc.nki": "nki.compat", "neuronxcc.nki.language": "nki.compat.language",
     "neuronxcc.nki.isa": "nki.compat.isa", "neuronxcc.nki.compiler": "nki.compat.compiler",
@@ -25,41 +25,24 @@ MODULES = {
         "nki.compat.compiler:psum", "neuronxcc.nki.typing": "nki.compat.typing",
 }
 
-_MULTI = "collectives run across NeuronCores/devices; the simulator models one NeuronCore"
 _DYN = "dynamic (register-driven) control flow and addressing; kernels here are traced for static shapes"
 _HW = "semantics not fully specified in the public documentation; not guessed"
 GAPS = {
-    "nki.collectives": _MULTI, "neuronxcc.nki.language.all_reduce": _MULTI, "nki.isa.sendrecv": _MULTI,
-    "nki.isa.core_barrier": _MULTI,
     "nki.compiler.kernel_builder": "undocumented (one guide mention, no signature)",
     "nki.language.dynamic_range": _DYN, "nki.language.fori_loop": _DYN, "nki.language.while_loop": _DYN,
     "nki.isa.register_alloc": _DYN, "nki.isa.register_load": _DYN, "nki.isa.register_move": _DYN,
     "nki.isa.register_store": _DYN, "nki.isa.VirtualRegister": _DYN,
-    "neuronxcc.nki.isa.tensor_copy_dynamic_src": _DYN, "neuronxcc.nki.isa.tensor_copy_dynamic_dst": _DYN,
-    "neuronxcc.nki.isa.local_gather": "old-dialect (tile-returning) wrapper not written; nki.isa.local_gather "
-        "implements the instruction",
-    "neuronxcc.nki.isa.sequence_bounds": "old-dialect (tile-returning) wrapper not written; "
-        "nki.isa.sequence_bounds implements the instruction",
     "nki.isa.nonzero_with_count": _HW,
     "nki.isa.topk": "no docstring in the AWS stubs (nki/api/nki/isa/__init__.py has no topk); the API page "
         "describes a 16-partition 'snake' input layout yet says each partition operates independently, and "
         "leaves the output layout (per partition or snake) and the order of ties unstated",
-    "nki.isa.tensor_scalar_cumulative": _HW, "nki.isa.rand2": "random ranges: use nki.isa.rng / nl.rand",
-    "nki.isa.rand_set_state": "the XORWOW state is not modelled (numpy generator); use set_rng_seed",
-    "nki.isa.rand_get_state": "the XORWOW state is not modelled (numpy generator)",
-    "nki.isa.NkiInstruction": "explicit instruction dependencies: the simulator keeps program order",
-    "neuronxcc.nki.language.atomic_rmw": "atomic HBM read-modify-write DMAs are not modelled",
-    "neuronxcc.nki.language.loop_reduce": "deprecated loop reduction; write the reduction with +=",
-    "neuronxcc.nki.language.gemm_grid": "undocumented stub", "neuronxcc.nki.language.gemm_stationary_grid":
-        "undocumented stub",
-    "neuronxcc.nki.isa.builtin_custom_op": "custom GpSimd microcode libraries cannot run on the simulator",
-    "neuronxcc.nki.FrameworkKernel": "framework (JAX/torch-xla) integration class of neuronx-cc",
-    "neuronxcc.nki.compiler.sbuf.alloc": "manual allocation: nkihub allocates on-chip tensors itself",
-    "neuronxcc.nki.compiler.psum.alloc": "manual allocation: nkihub allocates on-chip tensors itself",
-    "neuronxcc.nki.compiler.sbuf.mod_alloc": "manual allocation: nkihub allocates on-chip tensors itself",
-    "neuronxcc.nki.compiler.psum.mod_alloc": "manual allocation: nkihub allocates on-chip tensors itself",
-    "nki.language.average": "undocumented stub constant",
-    "nki.isa.get_nc_sub_version": "undocumented stub (no API page)",
+    "nki.isa.tensor_scalar_cumulative": _HW,
+}
+# Names that exist here and raise NotSimulatedError at the kernel line (nki.compat.extra.not_simulated).
+NOT_SIMULATED = {
+    "neuronxcc.nki.language.gemm_grid": "undocumented stub with no described behaviour",
+    "neuronxcc.nki.language.gemm_stationary_grid": "undocumented stub with no described behaviour",
+    "neuronxcc.nki.isa.builtin_custom_op": "runs a custom GpSimd microcode library, which has no numpy model",
 }
 # Names implemented with a documented difference.
 NOTES = {
@@ -79,6 +62,19 @@ NOTES = {
     "nki.isa.quantize_mx": "trn3 only; block scale 2^(floor(log2 amax) - emax) as in OCP MX v1.0 and the "
         "nki-library goldens (the 2.32 API page describes a scale twice as large)",
     "nki.isa.nc_matmul_mx": "trn3 only; tile_position/tile_size accepted, the whole array is costed",
+    "nki.isa.rand2": "trn3 only; numpy's generator, not XORWOW",
+    "nki.isa.rand_get_state": "the state is seed words of numpy's generator (reading it reseeds), not XORWOW's",
+    "nki.isa.rand_set_state": "loads state words written by rand_get_state",
+    "nki.isa.NkiInstruction": "depends_on is recorded; program order and data dependencies already order",
+    "nki.isa.get_nc_sub_version": "1 on trn3 (the stepping with the Vector Engine's exponential), else 0",
+    "nki.language.average": "an operator constant; no instruction takes it yet",
+    "nki.isa.core_barrier": "between the program instances of a launch (e.g. kernel[nl.nc(2)])",
+    "nki.isa.sendrecv": "between the program instances of a launch; every instance joins the exchange",
+    "neuronxcc.nki.language.all_reduce": "across the SPMD program instances along program_axes",
+    "neuronxcc.nki.compiler.sbuf.alloc": "accepted; nkihub places the tensor (requested addresses not honoured)",
+    "neuronxcc.nki.compiler.psum.alloc": "accepted; nkihub places the tensor (requested addresses not honoured)",
+    "neuronxcc.nki.compiler.sbuf.mod_alloc": "accepted; nkihub places the tensor, each logical block its own",
+    "neuronxcc.nki.compiler.psum.mod_alloc": "accepted; nkihub places the tensor, each logical block its own",
 }
 
 
@@ -159,7 +155,9 @@ def rows():
         key = f"{e.module}.{e.name}"
         gap = GAPS.get(key) or GAPS.get(e.module)
         obj = None if MODULES.get(e.module) is None else resolve(e)
-        if obj is None or (gap and key in GAPS):
+        if obj is not None and key in NOT_SIMULATED:
+            yield e, "not simulated", NOT_SIMULATED[key]
+        elif obj is None or (gap and key in GAPS):
             yield e, "gap", gap or "not implemented"
         else:
             bad = missing_params(e, obj)

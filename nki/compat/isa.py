@@ -268,6 +268,8 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs
     """Cross-partition shuffle within 32-partition quadrants, into ``dst`` in place."""
     _emit(_nisa.nc_stream_shuffle, dst, mask, src, shuffle_mask)
 
+from nki.compat.extra import (builtin_custom_op, local_gather, sequence_bounds, tensor_copy_dynamic_dst,  # noqa: E402,F401
+                              tensor_copy_dynamic_src)
 
 from nki import unsupported as _unsupported  # noqa: E402
 

@@ -246,6 +246,7 @@ def expand_dims(data, axis):
     """A view of ``data`` with a size-1 dim inserted at ``axis``."""
     return _nl.expand_dims(resolve(data), axis)
 
+from nki.compat.extra import all_reduce, atomic_rmw, gemm_grid, gemm_stationary_grid, loop_reduce  # noqa: E402,F401
 
 def static_cast(input_data, dtype):
     """``nl.static_cast(x, dtype)``: ``x`` converted to ``dtype`` with the NeuronCore's rounding (round to

@@ -14,8 +14,9 @@ from nki.ops import OpConstant as _OpConstant
 from nki.tensor import NkiTensor
 from nki.language.objects import DType, MemoryRegion, NKIObject  # noqa: F401
 
-# Operators that are constants, not functions (activate2: prelu as the activation, bypass as op0/op1).
-prelu, bypass = _OpConstant("prelu"), _OpConstant("bypass")
+# Operators that are constants, not functions (activate2: prelu as the activation, bypass as op0/op1;
+# average, an undocumented stub constant, names the mean as a reduction operator).
+prelu, bypass, average = _OpConstant("prelu"), _OpConstant("bypass"), _OpConstant("average")
 from nki.language.extra import (all, dropout, expand_dims, gather_flattened, load_transpose2d,  # noqa: F401
                                 no_reorder, rand, random_seed, rms_norm, shared_constant, shared_identity_matrix, var)
 

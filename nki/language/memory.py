@@ -233,6 +233,9 @@ def _assign(dst: NkiTensor, value) -> None:
     """``dst[...] = value``: a copy (DMA for HBM, Vector Engine on chip) or a memset for a number."""
     if isinstance(value, NkiTensor) and value.to_ap() == dst.to_ap():
         return  # ``t[k] += x`` assigns the updated view to itself
+    if hasattr(value, "_assign_into"):
+        value._assign_into(dst)   # a value that writes itself (the old dialect's nl.loop_reduce)
+        return
     if not isinstance(value, NkiTensor):
         per_instruction(nisa.memset, dst, value)
     elif tracing.require("assignment").write_in_place(value.to_ap(), dst.to_ap()):
