@@ -33,3 +33,28 @@ def test_documented_parameters_accepted(module, name):
     entry = next(e for e in coverage.inventory() if e.module == module and e.name == name)
     obj = coverage.resolve(entry)
     assert obj is not None and coverage.missing_params(entry, obj) == []
+
+
+def test_every_present_row_says_how_it_is_simulated_and_costed():
+    for e, status, _ in coverage.rows():
+        sim, cost = coverage.how(e, status)
+        if status == "gap":
+            continue
+        assert sim and sim != "-" and cost and cost != "-", f"{e.module}.{e.name}"
+
+
+@pytest.mark.parametrize("module,name,instruction,engine_rule", [
+    ("nki.language", "exp", "`activation`", "Scalar"), ("nki.isa", "nc_matmul", "`nc_matmul`", "Tensor"),
+    ("nki.isa", "quantize_mx", "`quantize_mx`", "Vector"), ("nki.collectives", "all_gather", "`all_gather`", "ring"),
+    ("neuronxcc.nki.language", "loop_reduce", "`tensor_tensor`", "Vector"),
+    ("nki.language", "affine_range", "trace time", "no cost"),
+])
+def test_how_a_name_is_simulated_comes_from_its_code(module, name, instruction, engine_rule):
+    entry = next(e for e in coverage.inventory() if e.module == module and e.name == name)
+    sim, cost = coverage.how(entry, "implemented")
+    assert instruction in sim and engine_rule in cost
+
+
+def test_old_dialect_is_complete():
+    old = [s for e, s, _ in coverage.rows() if e.dialect == "old"]
+    assert old and all(s in ("implemented", "not simulated") for s in old)
