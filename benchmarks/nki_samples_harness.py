@@ -242,6 +242,17 @@ SUITES: dict[str, tuple[str, list[Case]]] = {
 }
 
 
+def _more_suites() -> dict:
+    # contributed/ and mxfp-matmul rows live beside this file (loaded by path: run as a script or imported).
+    spec = importlib.util.spec_from_file_location("nki_samples_more", Path(__file__).with_name("nki_samples_more.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.suites(Case)
+
+
+SUITES.update(_more_suites())
+
+
 def run_cases(root: Path, cases: list[Case], out=sys.stdout, verbose=False) -> int:
     """Run ``cases`` against the checkout at ``root``; print one row each; return how many passed."""
     load = Loader(root)

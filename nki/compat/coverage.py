@@ -18,7 +18,7 @@ INVENTORY = Path(__file__).with_name("nki_api.md")
 # Inventory module -> the module of this package that implements it (None: no such module here).
 MODULES = {
     "nki": "nki", "nki.language": "nki.language", "nki.isa": "nki.isa", "nki.collectives": "nki.collectives",
-    "nki.typing": "nki.typing", "nki.compiler.kernel_builder": None,
+    "nki.typing": "nki.typing", "nki.compiler.kernel_builder": "nki.compiler.kernel_builder",
     "neuronxcc.nki": "nki.compat", "neuronxcc.nki.language": "nki.compat.language",
     "neuronxcc.nki.isa": "nki.compat.isa", "neuronxcc.nki.compiler": "nki.compat.compiler",
     "neuronxcc.nki.compiler.sbuf": "nki.compat.compiler:sbuf", "neuronxcc.nki.compiler.psum":
@@ -28,7 +28,6 @@ MODULES = {
 _DYN = "dynamic (register-driven) control flow and addressing; kernels here are traced for static shapes"
 _HW = "semantics not fully specified in the public documentation; not guessed"
 GAPS = {
-    "nki.compiler.kernel_builder": "undocumented (one guide mention, no signature)",
     "nki.language.dynamic_range": _DYN, "nki.language.fori_loop": _DYN, "nki.language.while_loop": _DYN,
     "nki.isa.register_alloc": _DYN, "nki.isa.register_load": _DYN, "nki.isa.register_move": _DYN,
     "nki.isa.register_store": _DYN, "nki.isa.VirtualRegister": _DYN,
@@ -36,7 +35,6 @@ GAPS = {
     "nki.isa.topk": "no docstring in the AWS stubs (nki/api/nki/isa/__init__.py has no topk); the API page "
         "describes a 16-partition 'snake' input layout yet says each partition operates independently, and "
         "leaves the output layout (per partition or snake) and the order of ties unstated",
-    "nki.isa.tensor_scalar_cumulative": _HW,
 }
 # Names that exist here and raise NotSimulatedError at the kernel line (nki.compat.extra.not_simulated).
 NOT_SIMULATED = {
@@ -63,6 +61,11 @@ NOTES = {
         "nki-library goldens (the 2.32 API page describes a scale twice as large)",
     "nki.isa.nc_matmul_mx": "trn3 only; tile_position/tile_size accepted, the whole array is costed",
     "nki.isa.rand2": "trn3 only; numpy's generator, not XORWOW",
+    "nki.isa.tensor_scalar_cumulative": "reduce_cmd=reduce (carrying the engine accumulator over from an earlier "
+        "instruction) is refused with a rule error; reset_reduce and load_reduce are simulated",
+    "nki.compiler.kernel_builder.compile_kernel": "the guide names it without a signature: (kernel, *args, "
+        "target=...) -> the compiled Program, as nki.compile",
+    "nki.typing.tensor": "an annotation (nt.tensor[shape]); no runtime effect",
     "nki.isa.rand_get_state": "the state is seed words of numpy's generator (reading it reseeds), not XORWOW's",
     "nki.isa.rand_set_state": "loads state words written by rand_get_state",
     "nki.isa.NkiInstruction": "depends_on is recorded; program order and data dependencies already order",

@@ -1,6 +1,6 @@
 """``nki.isa`` names about engine state and versions: ranged random numbers (``rand2``), the random
 generator's state (``rand_get_state`` / ``rand_set_state``), ``get_nc_sub_version`` and
-``NkiInstruction``."""
+``NkiInstruction``; and tensor_scalar_cumulative (a scan with the Vector Engine's accumulator)."""
 from __future__ import annotations
 
 from nki import tracing
@@ -53,3 +53,17 @@ class NkiInstruction:
     def depends_on(self, *producers) -> "NkiInstruction":
         self.producers.extend(producers)
         return self
+
+
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd="reset_reduce", name=None):
+    """dst[:, i] = reg = op1(op0(src[:, i], imm0), reg) along the free axis of each partition (Vector
+    Engine); reg starts at op1's identity (``reset_reduce``) or at ``imm1`` (``load_reduce``). op1 is one of
+    add, subtract, multiply, maximum, minimum; imm0/imm1 are numbers or [P, 1] tiles."""
+    from nki.isa import _cmd
+    from nki.ops import op_name
+    _tile(dst, "dst"), _tile(src, "src")
+    srcs, attrs = {"src": src}, {"op0": op_name(op0), "op1": op_name(op1), "reduce_cmd": _cmd(reduce_cmd)}
+    _scalar_or_tile(imm0, "imm0", srcs, attrs)
+    _scalar_or_tile(imm1, "imm1", srcs, attrs)
+    emit("tensor_scalar_cumulative", "vector", {"dst": dst}, srcs, attrs)
+    return dst

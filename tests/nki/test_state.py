@@ -54,3 +54,36 @@ def test_sub_version_and_instruction_handles():
     ins = nisa.NkiInstruction("a")
     assert ins.depends_on(nisa.NkiInstruction("b")) is ins and len(ins.producers) == 1
     assert repr(nl.average) == "nl.average"
+
+
+@nki.jit
+def running_sum(x):
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    c = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar_cumulative(dst=c, src=t, op0=nl.multiply, op1=nl.add, imm0=0.5)
+    out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=c)
+    return out
+
+
+def test_tensor_scalar_cumulative_is_a_running_reduction_per_partition():
+    x = np.random.default_rng(3).standard_normal((16, 10)).astype(np.float32)
+    np.testing.assert_allclose(running_sum(x), np.cumsum(x * 0.5, axis=1), rtol=1e-5, atol=1e-6)
+
+
+def test_memory_region_typing_and_compile_kernel():
+    import nki.compiler.kernel_builder as kb
+    import nki.typing as nt
+
+    @nki.jit
+    def copy(x: nt.tensor[16, 10]):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.MemoryRegion.sbuf)   # an enum member as a buffer
+        nisa.dma_copy(dst=t, src=x)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.MemoryRegion.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    program = kb.compile_kernel(copy, np.ones((16, 10), np.float32), target="trn2", cache=False)
+    assert [ins.opcode for ins in program.instructions] == ["dma_copy", "dma_copy"]
+    assert program.tensors[program.instructions[0].dst["dst"].tensor].buffer == "sbuf"
