@@ -103,9 +103,11 @@ def set_branch(repo_id: str, branch: str, commit: str, *, repo_type: str = "kern
                endpoint: str | None = None, token: str | bool | None = None) -> bool:
     """Point ``branch`` at ``commit``: create it, or move it forward. Returns True if it moved.
 
-    The Hub API has no atomic "update ref", so a move is delete + create; it is retried when a
-    concurrent writer got in between, and a branch is never moved to an ancestor of where it is
-    (the later of two racing publishers keeps the branch).
+    A move is one compare-and-set (:func:`compare_and_set_branch`) where the Hub offers it (nkihub's
+    server does), so readers never see the branch missing; elsewhere the Hub API has no atomic
+    "update ref" and a move is delete + create. Either is retried when a concurrent writer got in
+    between, and a branch is never moved to an ancestor of where it is (the later of two racing
+    publishers keeps the branch).
     """
     from huggingface_hub.errors import HfHubHTTPError
 
@@ -123,6 +125,11 @@ def set_branch(repo_id: str, branch: str, commit: str, *, repo_type: str = "kern
                 newer = {c.commit_id for c in api.list_repo_commits(repo_id, repo_type=repo_type, revision=current)}
                 if commit in newer:
                     return False  # the branch already moved past us
+            swapped = compare_and_set_branch(api, repo_id, branch, commit, current, repo_type)
+            if swapped is not None:
+                if swapped:
+                    return True
+                continue  # another writer moved it: look again
             try:
                 api.delete_branch(repo_id, branch=branch, repo_type=repo_type)
             except HfHubHTTPError as e:
@@ -135,6 +142,28 @@ def set_branch(repo_id: str, branch: str, commit: str, *, repo_type: str = "kern
             if e.response is None or e.response.status_code != 409:
                 raise
     raise PublishConflictError(f"could not point {repo_id}@{branch} at {commit[:12]}: concurrent writers kept moving it")
+
+
+def compare_and_set_branch(api, repo_id: str, branch: str, commit: str, expected: str,
+                           repo_type: str = "kernel") -> bool | None:
+    """Point ``branch`` at ``commit`` only if it is at ``expected``, in one request (nkihub extension:
+    ``PUT /api/{type}s/{repo}/branch/{branch}`` with ``{"targetCommit", "expectedCommit"}``).
+
+    Returns True when moved, False when the branch was elsewhere (412), None when the Hub does not
+    offer the operation (a Hub without it answers 404 without an error code, or 405).
+    """
+    from urllib.parse import quote
+
+    from huggingface_hub.utils import get_session, hf_raise_for_status
+
+    url = f"{api.endpoint}/api/{repo_type}s/{repo_id}/branch/{quote(branch, safe='')}"
+    r = get_session().put(url, headers=api._build_hf_headers(), json={"targetCommit": commit, "expectedCommit": expected})
+    if r.status_code == 405 or (r.status_code == 404 and not r.headers.get("X-Error-Code")):
+        return None
+    if r.status_code in (409, 412):
+        return False
+    hf_raise_for_status(r)
+    return True
 
 
 def download_snapshot(repo_id: str, *, revision: str, repo_type: str = "kernel",

@@ -33,6 +33,11 @@ def sha256_file(path: str | os.PathLike) -> str:
     return file_digests(path)[0]
 
 
+def b64_sha256(data: bytes) -> str:
+    """Base64 of the raw sha256 of ``data``: the per-file form Hugging Face kernels' metadata.json uses."""
+    return base64.b64encode(hashlib.sha256(data).digest()).decode("ascii")
+
+
 def sha256_b64(path: str | os.PathLike) -> str:
     """Base64 of the raw sha256 of a file: the per-file form Hugging Face kernels' metadata.json uses."""
     return base64.b64encode(bytes.fromhex(sha256_file(path))).decode("ascii")

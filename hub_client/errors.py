@@ -28,13 +28,16 @@ class DigestMismatchError(HubClientError, ValueError):
     """
 
     def __init__(self, path: str, expected: str, actual: str, algorithm: str, where: str = "",
-                 refetched: bool = True):
+                 refetched: bool = True, others: tuple[str, ...] = ()):
         self.path, self.expected, self.actual, self.algorithm = path, expected, actual, algorithm
+        self.others = tuple(others)  # further files that failed the same check
         again = ("The file was fetched again and still does not match; the Hub copy or the cache is corrupt."
                  if refetched else "Offline, it cannot be fetched again: the cache is corrupt.")
         msg = (
             f"digest mismatch for {path!r}{(' in ' + where) if where else ''}: expected {algorithm} "
-            f"{expected}, got {actual}. {again} Do not load it."
+            f"{expected}, got {actual}."
+            + (f" Also failing: {', '.join(repr(o) for o in self.others[:10])}." if self.others else "")
+            + f" {again} Do not load it."
         )
         super().__init__(msg)
 

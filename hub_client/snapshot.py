@@ -26,7 +26,7 @@ from .errors import DigestMismatchError, RemoteFileCorruptError
 
 log = logging.getLogger("hub_client")
 _DIGEST_NAME = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
-IGNORED = ["*.pyc", "**/__pycache__/**", "__pycache__/**"]
+IGNORED = ["*.pyc", "*.pyo", "*__pycache__/*"]  # fnmatch: '*' crosses '/', so these hold at any depth
 
 
 @dataclass(frozen=True)
@@ -43,26 +43,24 @@ def _digest(data: bytes, expected: str) -> str:
     return hashlib.sha256(data).hexdigest() if len(expected) == 64 else git_blob_oid(data)
 
 
-def _in_bytecode_cache(rel: str) -> bool:
-    return "__pycache__" in rel.split("/")
+def _wanted(items, allow_patterns, key=None) -> list:
+    """What a download takes: matching ``allow_patterns``, never bytecode (the same filter as the Hub client's)."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    return list(filter_repo_objects(items, allow_patterns=allow_patterns, ignore_patterns=IGNORED, key=key))
 
 
 def _cached_files(snap: Path, allow_patterns) -> list[str]:
-    from huggingface_hub.utils import filter_repo_objects
-
-    rels = [p.relative_to(snap).as_posix() for p in snap.rglob("*") if not p.is_dir()]
-    return [r for r in filter_repo_objects(rels, allow_patterns=allow_patterns) if not _in_bytecode_cache(r)]
+    return _wanted([p.relative_to(snap).as_posix() for p in snap.rglob("*") if not p.is_dir()], allow_patterns)
 
 
 def hub_digests(api, repo_id: str, commit: str, repo_type: str, allow_patterns) -> dict[str, str]:
     """The Hub's record at ``commit``: path -> sha256 for LFS files, git blob id for the others."""
     from huggingface_hub.hf_api import RepoFile
-    from huggingface_hub.utils import filter_repo_objects
 
     entries = [f for f in api.list_repo_tree(repo_id, recursive=True, revision=commit, repo_type=repo_type)
                if isinstance(f, RepoFile)]
-    entries = filter_repo_objects(entries, allow_patterns=allow_patterns, key=lambda f: f.path)
-    return {f.path: (f.lfs.sha256 if f.lfs else f.blob_id) for f in entries if not _in_bytecode_cache(f.path)}
+    return {f.path: (f.lfs.sha256 if f.lfs else f.blob_id) for f in _wanted(entries, allow_patterns, lambda f: f.path)}
 
 
 def cache_digests(snap: Path, allow_patterns) -> tuple[dict[str, str], list[tuple[str, str, str]]]:
@@ -176,5 +174,6 @@ def fetch_snapshot(repo_id: str, *, revision: str, repo_type: str = "kernel", al
         if bad:
             rel, want, got = bad[0]
             algo = "sha256" if len(want) == 64 else "git-sha1" if len(want) == 40 else "record"
-            raise DigestMismatchError(rel, want, got, algo, where=where, refetched=not local_files_only)
+            raise DigestMismatchError(rel, want, got, algo, where=where, refetched=not local_files_only,
+                                      others=tuple(b[0] for b in bad[1:]))
     return Snapshot(snap, snap.name, files, anchor)

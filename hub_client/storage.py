@@ -398,6 +398,26 @@ class Storage:
             self._write_refs(d, refs)
             return oid
 
+    def move_branch(self, repo_type: str, repo_id: str, branch: str, target: str, expected: str) -> str:
+        """Point an existing ``branch`` at ``target`` if it is still at ``expected`` (one atomic ref update).
+
+        Raises :class:`PreconditionFailed` (412) when the branch moved meanwhile; readers never see the
+        branch missing, as they would between a delete and a create. Returns the new commit id.
+        """
+        d = self._existing(repo_type, repo_id)
+        P.check_revision(branch)
+        with self._thread_lock, FileLock(str(d / ".lock")):
+            refs = json.loads((d / "refs.json").read_text())
+            current = refs["branches"].get(branch)
+            if current is None:
+                raise RevisionNotFound(f"branch {branch} not found in {repo_id}")
+            if current != expected:
+                raise PreconditionFailed(f"branch {branch} is at {current[:12]}, not at the expected {expected[:12]}")
+            oid = self.resolve(repo_type, repo_id, target).id
+            refs["branches"][branch] = oid
+            self._write_refs(d, refs)
+            return oid
+
     def delete_branch(self, repo_type: str, repo_id: str, branch: str) -> None:
         d = self._existing(repo_type, repo_id)
         P.check_revision(branch)

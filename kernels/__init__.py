@@ -24,6 +24,7 @@ _HUB_EXPORTS = {
     "PublishError": "publish",
     "PublishResult": "publish",
     "UntrustedKernelError": "trust",
+    "KernelSignatureError": "signing",
     "NoCompatibleVariantError": "variants",
     "VariantSelection": "variants",
     "select_variant": "variants",

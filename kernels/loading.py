@@ -1,17 +1,19 @@
 """Load kernels from the Hub: ``kernels.get`` and the Hugging Face ``kernels`` names.
 
 A load resolves a revision (``version=N`` is branch ``vN``), lists the repo's build variants and
-picks one for this machine (:mod:`kernels.variants`), downloads only that variant through
-:mod:`hub_client` (which checks each file against its Hub digest), checks each file again against
-the sha256 in the variant's ``metadata.json``, and imports the package under a module name made of
-the repo id, commit and variant, so two versions live side by side in one process.
+picks one for this machine (:mod:`kernels.variants`), then fetches only that variant and its
+signature through :mod:`hub_client.snapshot`, which reads every file once and checks its bytes
+against the Hub's tree listing (offline: the cache's content-addressed blobs), refetching a bad file
+once. Those same bytes are then checked against the variant's ``metadata.json``
+(:mod:`kernels.verify`) and its publisher signature (:func:`kernels.trust.check_signature`), and
+only then imported, from memory (:mod:`kernels.importer`): no file is reopened after its check and
+no bytecode is read. The module name is made of the repo id, commit and variant, so two versions
+live side by side in one process.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import json
 import logging
 import re
 import sys
@@ -20,22 +22,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from hub_client import DigestMismatchError
 from hub_client import paths as P
 
 from . import config
+from .importer import import_verified
+from .signing import check_signature, signature_path
 from .trust import check_trust
 from .variants import NoCompatibleVariantError, VariantSelection, select_variant
+from .verify import KernelDigestError, metadata_of, read_files, require_match, verify_variant
+
+__all__ = ["KernelDigestError", "LoadedKernel", "get", "get_kernel", "get_local_kernel", "get_locked_kernel",
+           "has_kernel", "import_variant", "install_kernel", "load_kernel", "verify_variant"]
 
 log = logging.getLogger("kernels")
 REPO_TYPE = "kernel"
-_IGNORED = ("metadata.json", "metadata.json.sigstore")
 _loaded: dict[str, ModuleType] = {}
 _lock = threading.RLock()
-
-
-class KernelDigestError(DigestMismatchError):
-    """A kernel file does not match the sha256 its variant's metadata.json records."""
 
 
 @dataclass(frozen=True)
@@ -149,93 +151,41 @@ def _local_variants(base: Path) -> list[str]:
     return [p.name for p in base.iterdir() if p.is_dir()] if base.is_dir() else []
 
 
-def read_metadata(variant_path: Path) -> dict:
-    p = Path(variant_path) / "metadata.json"
-    return json.loads(p.read_text()) if p.is_file() else {}
-
-
-def verify_variant(variant_path: Path) -> list[tuple[str, str, str]]:
-    """Files of a variant that differ from its metadata.json digest: ``[(path, expected, actual)]``.
-
-    Digests are base64 sha256 per file, as Hugging Face kernels writes them; a file missing from
-    disk has actual ``"missing"``, a file not listed has expected ``"unlisted"``.
-    """
-    from hub_client.digest import sha256_b64
-
-    variant_path = Path(variant_path)
-    digest = read_metadata(variant_path).get("digest")
-    if not digest:
-        log.warning("%s has no digest in metadata.json; its files are not verified", variant_path)
-        return []
-    if digest.get("algorithm") != "sha256":
-        return [("metadata.json", "algorithm sha256", str(digest.get("algorithm")))]
-    expected = digest.get("files", {})
-    bad = []
-    on_disk = {
-        p.relative_to(variant_path).as_posix()
-        for p in variant_path.rglob("*")
-        if (p.is_file()) and "__pycache__" not in p.parts and p.name not in _IGNORED
-    }
-    for rel, want in sorted(expected.items()):
-        P.check_path(rel)
-        f = variant_path / rel
-        if not f.is_file():
-            bad.append((rel, want, "missing"))
-            continue
-        got = sha256_b64(f)
-        if got != want:
-            bad.append((rel, want, got))
-    bad.extend((rel, "unlisted", "present") for rel in sorted(on_disk - set(expected)))
-    return bad
-
-
-def _check_digests(variant_path: Path, refetch=None) -> None:
-    bad = verify_variant(variant_path)
-    if bad and refetch is not None:
-        refetch([rel for rel, *_ in bad])
-        bad = verify_variant(variant_path)
-    if bad:
-        rel, want, got = bad[0]
-        raise KernelDigestError(rel, want, got, "sha256-base64", where=str(variant_path))
-
-
 # ---- import ----------------------------------------------------------------------------------------
-def _package_dir(variant_path: Path) -> Path:
-    meta = read_metadata(variant_path)
-    if meta.get("name"):
-        d = variant_path / meta["name"].replace("-", "_")
-        if (d / "__init__.py").is_file():
-            return d
-    if (variant_path / "__init__.py").is_file():
-        return variant_path
-    pkgs = [p for p in variant_path.iterdir() if (p / "__init__.py").is_file()] if variant_path.is_dir() else []
+def _package_prefix(files: dict[str, bytes], where: str) -> str:
+    """``"<package>/"`` (or ``""``) of the package directory among a variant's files."""
+    name = metadata_of(files).get("name")
+    if name and f"{name.replace('-', '_')}/__init__.py" in files:
+        return f"{name.replace('-', '_')}/"
+    if "__init__.py" in files:
+        return ""
+    pkgs = sorted({rel.split("/")[0] for rel in files if rel.count("/") == 1 and rel.endswith("/__init__.py")})
     if len(pkgs) != 1:
-        raise FileNotFoundError(f"No kernel package found at {variant_path} (expected one directory with __init__.py)")
-    return pkgs[0]
+        raise FileNotFoundError(f"No kernel package found at {where} (expected one directory with __init__.py)")
+    return pkgs[0] + "/"
 
 
 def _module_name(*parts: str) -> str:
     return "_kernels_" + "_".join(re.sub(r"[^0-9A-Za-z]", "_", p) for p in parts if p)
 
 
-def import_variant(variant_path: Path, module_name: str) -> ModuleType:
-    """Import the package of a variant directory as ``module_name`` (once per name per process)."""
+def import_variant(variant_path: Path, module_name: str, files: dict[str, bytes] | None = None,
+                   where: str | None = None) -> ModuleType:
+    """Import the package of a variant as ``module_name`` (once per name per process), from ``files``.
+
+    ``files`` (path in the variant -> bytes) are what a load verified; without them the directory is
+    read once now. Either way the modules are compiled from those bytes (:mod:`kernels.importer`).
+    """
     with _lock:
         if module_name in _loaded:
             return _loaded[module_name]
-        pkg = _package_dir(Path(variant_path))
-        spec = importlib.util.spec_from_file_location(module_name, pkg / "__init__.py",
-                                                      submodule_search_locations=[str(pkg)])
-        if spec is None or spec.loader is None:
-            raise ImportError(f"Cannot load kernel package from {pkg}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            for name in [n for n in sys.modules if n == module_name or n.startswith(module_name + ".")]:
-                del sys.modules[name]
-            raise
+        variant_path = Path(variant_path)
+        where = where or str(variant_path)
+        files = read_files(variant_path) if files is None else files
+        prefix = _package_prefix(files, where)
+        package = {rel[len(prefix):]: data for rel, data in files.items() if rel.startswith(prefix)}
+        module = import_verified(module_name, variant_path / prefix.rstrip("/") if prefix else variant_path,
+                                 package, where)
         _loaded[module_name] = module
         if "torch" in sys.modules:  # a package that registered torch ops did so in its own (vendored) registry
             from .torch_ops import adopt
@@ -254,7 +204,8 @@ def install_kernel(repo_id: str, *, revision: str | None = None, version=None, b
 
 
 def _install(repo_id, *, revision, version, backend, offline, trust_remote_code, endpoint, token, required):
-    from hub_client.client import download_snapshot
+    """Resolve, choose, fetch and check a variant; return ``(LoadedKernel, verified files)``."""
+    from hub_client.snapshot import fetch_snapshot
 
     P.check_repo_id(repo_id)
     offline = offline or config.offline()
@@ -270,32 +221,24 @@ def _install(repo_id, *, revision, version, backend, offline, trust_remote_code,
     variant = selection.chosen
     if variant is None:
         raise NoCompatibleVariantError(f"Kernel {repo_id} at {ref}", selection)
-    kw = dict(repo_type=REPO_TYPE, cache_dir=config.cache_dir(), endpoint=config.endpoint(endpoint),
-              token=config.token(token))
-    snap = download_snapshot(repo_id, revision=ref, allow_patterns=[f"build/{variant}/*"],
-                             local_files_only=offline, **kw)
-    variant_path = snap / "build" / variant
-
-    def refetch(rels):
-        from huggingface_hub import hf_hub_download
-        from huggingface_hub.errors import EntryNotFoundError
-
-        for rel in rels:
-            try:
-                hf_hub_download(repo_id, f"build/{variant}/{rel}", revision=snap.name, force_download=True,
-                                repo_type=REPO_TYPE, cache_dir=str(kw["cache_dir"]) if kw["cache_dir"] else None,
-                                endpoint=kw["endpoint"], token=kw["token"])
-            except EntryNotFoundError:
-                pass  # listed in metadata.json but absent from the repo: re-verification reports it
-
-    _check_digests(variant_path, None if offline else refetch)
-    info = LoadedKernel(repo_id, ref, snap.name, variant, variant_path, selection, trust)
-    return info, snap.name
+    sig = signature_path(variant)
+    snap = fetch_snapshot(repo_id, revision=ref, allow_patterns=[f"build/{variant}/*", sig], repo_type=REPO_TYPE,
+                          local_files_only=offline, cache_dir=config.cache_dir(), endpoint=config.endpoint(endpoint),
+                          token=config.token(token))
+    prefix = f"build/{variant}/"
+    files = {rel[len(prefix):]: data for rel, data in snap.files.items() if rel.startswith(prefix)}
+    where = f"{repo_id}@{snap.commit[:12]} ({variant})"
+    require_match(files, where)
+    signed = check_signature(repo_id, variant, files, snap.files.get(sig))
+    info = LoadedKernel(repo_id, ref, snap.commit, variant, snap.path / "build" / variant, selection,
+                        f"{trust}; {signed}")
+    return info, files
 
 
-def _load(info: LoadedKernel) -> ModuleType:
+def _load(info: LoadedKernel, files: dict[str, bytes]) -> ModuleType:
     name = _module_name(info.repo_id or "local", (info.commit or "")[:12], info.variant)
-    module = import_variant(info.path, name)
+    where = f"{info.repo_id}@{(info.commit or '')[:12]} ({info.variant})"
+    module = import_variant(info.path, name, files, where)
     module.__kernel_info__ = info
     return module
 
@@ -313,9 +256,8 @@ def get(repo_id: str, version=None, revision: str | None = None, *, backend: str
     override = config.local_kernels().get(repo_id)
     if override is not None:
         return get_local_kernel(override, backend=backend)
-    info, _ = _install(repo_id, revision=revision, version=version, backend=backend, offline=False,
-                       trust_remote_code=trust_remote_code, endpoint=endpoint, token=token, required=False)
-    return _load(info)
+    return _load(*_install(repo_id, revision=revision, version=version, backend=backend, offline=False,
+                           trust_remote_code=trust_remote_code, endpoint=endpoint, token=token, required=False))
 
 
 def get_kernel(repo_id: str, *, revision: str | None = None, version=None, backend: str | None = None,
@@ -325,9 +267,8 @@ def get_kernel(repo_id: str, *, revision: str | None = None, version=None, backe
     override = config.local_kernels().get(repo_id)
     if override is not None:
         return get_local_kernel(override, backend=backend)
-    info, _ = _install(repo_id, revision=revision, version=version, backend=backend, offline=False,
-                       trust_remote_code=trust_remote_code, endpoint=endpoint, token=None, required=True)
-    return _load(info)
+    return _load(*_install(repo_id, revision=revision, version=version, backend=backend, offline=False,
+                           trust_remote_code=trust_remote_code, endpoint=endpoint, token=None, required=True))
 
 
 def get_local_kernel(repo_path: Path, *, backend: str | None = None, trust_remote_code=False,
@@ -339,10 +280,11 @@ def get_local_kernel(repo_path: Path, *, backend: str | None = None, trust_remot
         selection = select_variant(_local_variants(base), backend)
         if selection.chosen is not None:
             variant_path = base / selection.chosen
-            _check_digests(variant_path)
+            files = read_files(variant_path)
+            require_match(files, str(variant_path))
             digest = hashlib.sha1(str(variant_path.resolve()).encode()).hexdigest()[:12]
             info = LoadedKernel(None, None, None, selection.chosen, variant_path, selection, "local path")
-            module = import_variant(variant_path, _module_name("local", digest, selection.chosen))
+            module = import_variant(variant_path, _module_name("local", digest, selection.chosen), files)
             module.__kernel_info__ = info
             return module
     if (repo_path / "__init__.py").is_file() or any((p / "__init__.py").is_file() for p in repo_path.glob("*")):
@@ -379,14 +321,14 @@ def load_kernel(repo_id: str, *, lockfile: Path | None = None, backend: str | No
     commit = locked_commit(repo_id, lockfile)
     try:
         # trust was checked when the lock was written (`kernels lock`); this load never touches the network
-        info, _ = _install(repo_id, revision=commit, version=None, backend=backend, offline=True,
-                           trust_remote_code=True, endpoint=None, token=None, required=True)
+        info, files = _install(repo_id, revision=commit, version=None, backend=backend, offline=True,
+                               trust_remote_code=True, endpoint=None, token=None, required=True)
     except (FileNotFoundError, OSError) as e:
         raise FileNotFoundError(
             f"Locked kernel `{repo_id}` ({commit[:12]}) was not downloaded or has no variant for this machine. "
             "Download it with `kernels download <project>`."
         ) from e
-    return _load(info)
+    return _load(info, files)
 
 
 def get_locked_kernel(repo_id: str, *, lockfile: Path | None = None, trust_remote_code: bool | list[str] = False,
@@ -395,6 +337,5 @@ def get_locked_kernel(repo_id: str, *, lockfile: Path | None = None, trust_remot
     from .lockfile import locked_commit
 
     commit = locked_commit(repo_id, lockfile)
-    info, _ = _install(repo_id, revision=commit, version=None, backend=None, offline=False,
-                       trust_remote_code=trust_remote_code, endpoint=endpoint, token=None, required=True)
-    return _load(info)
+    return _load(*_install(repo_id, revision=commit, version=None, backend=None, offline=False,
+                           trust_remote_code=trust_remote_code, endpoint=endpoint, token=None, required=True))

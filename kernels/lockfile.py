@@ -146,7 +146,7 @@ def download_locked(project_dir: str | Path, *, all_variants: bool = False, endp
     out = []
     for repo_id, lk in read_lockfile(Path(project_dir) / LOCKFILE).items():
         if all_variants:
-            out.append(download_snapshot(repo_id, revision=lk.commit, allow_patterns=["build/*"],
+            out.append(download_snapshot(repo_id, revision=lk.commit, allow_patterns=["build/*", "signatures/*"],
                                          cache_dir=config.cache_dir(), endpoint=config.endpoint(endpoint),
                                          token=config.token()) / "build")
         else:

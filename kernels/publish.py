@@ -15,6 +15,11 @@ carried into it and anything else outside the standard library, torch, numpy and
 is refused (:mod:`kernels.vendor`). The newest major version is committed on ``main`` and branch ``vN``
 is pointed at that commit; an older major is committed on its ``vN`` branch. Tag ``vX.Y.Z`` marks
 the commit. Unchanged content makes no commit; the same version with other content is refused.
+
+Everything is checked before the Hub is touched (:mod:`kernels.package_check`: strict versions, file
+names, no symlink out of the package, no special file), and the commit, the tag and the branch moves
+land together or not at all (:mod:`hub_client.release`). ``sign=KEY`` adds a publisher signature per
+variant (:mod:`kernels.signing`).
 """
 
 from __future__ import annotations
@@ -32,16 +37,12 @@ from hub_client.digest import sha256_b64
 
 from . import config
 from .card import render_card
+from .package_check import PublishError, check_version, package_files
 from .vendor import VendorError, python_depends, vendor_package
 
 VARIANTS = {"torch-neuron": "neuron", "torch-cpu": "cpu"}
 REPO_TYPE = "kernel"
 _NAME = re.compile(r"^[a-z][-a-z0-9]*[a-z0-9]$")  # Hugging Face kernels' KernelName rule
-_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)([-+.a-zA-Z0-9]*)$")
-
-
-class PublishError(ValueError):
-    """The package cannot be published as it is (bad kernel.json, version already taken ...)."""
 
 
 @dataclass(frozen=True)
@@ -78,10 +79,10 @@ def read_kernel_spec(package_dir: str | Path) -> dict:
     if name.replace("-", "_") != package or not package.isidentifier():
         raise PublishError(f"package {package!r} must be the kernel name with '-' as '_' ({name.replace('-', '_')!r}); "
                            "Hugging Face kernels imports build/<variant>/<name with underscores>/")
-    if not _VERSION.match(version):
-        raise PublishError(f"version {version!r} must look like MAJOR.MINOR.PATCH")
+    check_version(spec["version"], str(path))
     if not (package_dir / "__init__.py").is_file():
         raise PublishError(f"{package_dir} has no __init__.py")
+    package_files(package_dir)  # every file may leave the machine, or nothing is published
     for key in ("functions", "dtypes", "references", "benchmarks"):
         if key in spec and not isinstance(spec[key], list):
             raise PublishError(f"{key!r} in {path} must be a list")
@@ -129,9 +130,15 @@ def _write_metadata(vdir: Path, spec: dict, backend: str, carried) -> dict:
 
 
 def publish(package_dir: str | Path, repo_id: str | None = None, *, endpoint: str | None = None,
-            token: str | None = None) -> PublishResult:
-    """Build and upload ``package_dir`` to ``repo_id`` (default ``neuron/<name>``); see the module doc."""
-    from hub_client.client import hf_api, push_folder, remote_files, set_branch
+            token: str | None = None, sign: str | Path | None = None) -> PublishResult:
+    """Build and upload ``package_dir`` to ``repo_id`` (default ``neuron/<name>``); see the module doc.
+
+    ``sign`` is a private key file (``kernels keygen``): each variant is signed with it. Raises
+    :class:`PublishError` for a package that cannot be published (nothing was sent) and
+    ``hub_client.PublishConflictError`` when the version exists with other content or another
+    publisher won a race (nothing of this publish is left on the Hub).
+    """
+    from hub_client.release import release
 
     spec = read_kernel_spec(package_dir)
     repo_id = P.check_repo_id(repo_id or f"neuron/{spec['name']}")
@@ -139,29 +146,19 @@ def publish(package_dir: str | Path, repo_id: str | None = None, *, endpoint: st
     version = spec["version"]
     major = int(version.split(".")[0])
     branch, tag = f"v{major}", f"v{version}"
-    api = hf_api(endpoint, token)
-    url = str(api.create_repo(repo_id, repo_type=REPO_TYPE, exist_ok=True))
     with tempfile.TemporaryDirectory(prefix="nkihub-publish-") as tmp:
         build_repo(package_dir, tmp, repo_id)
-        refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
-        tags = {t.name: t.target_commit for t in refs.tags}
-        branches = {b.name: b.target_commit for b in refs.branches}
-        majors = [int(b[1:]) for b in branches if re.fullmatch(r"v\d+", b)]
-        if tag in tags:
-            from hub_client.client import local_files
-            from hub_client.digest import file_digests
+        if sign is not None:
+            from .signing import sign_build
 
-            published = {p: o for p, o in remote_files(api, repo_id, tags[tag], REPO_TYPE).items() if p != ".gitattributes"}
-            staged = {rel: file_digests(p)[1] for rel, p in local_files(tmp).items()}
-            if published != staged:
-                raise PublishError(f"{repo_id} already has {tag} with different content; bump the version in kernel.json")
-        target = "main" if major >= max(majors, default=major) else branch
-        if target == branch and branch not in branches:
-            api.create_branch(repo_id, branch=branch, revision="main", repo_type=REPO_TYPE)
-        pushed = push_folder(tmp, repo_id, branch=target, message=f"Publish {spec['name']} {version}",
-                             repo_type=REPO_TYPE, endpoint=endpoint, token=token)
-    if target == "main":
-        set_branch(repo_id, branch, pushed.commit, repo_type=REPO_TYPE, endpoint=endpoint, token=token)
-    if tag not in tags:
-        api.create_tag(repo_id, tag=tag, revision=pushed.commit, repo_type=REPO_TYPE, exist_ok=True)
-    return PublishResult(repo_id, version, branch, tag, pushed.commit, pushed.created, url)
+            sign_build(tmp, repo_id, sign)
+        done = release(tmp, repo_id, tag=tag, route=lambda branches: _route(major, branches),
+                       message=f"Publish {spec['name']} {version}", repo_type=REPO_TYPE, endpoint=endpoint,
+                       token=token)
+    return PublishResult(repo_id, version, branch, tag, done.commit, done.created, done.url)
+
+
+def _route(major: int, branches: dict) -> tuple[str, list[str]]:
+    """The newest major is committed on ``main`` and ``vN`` follows; an older one on its ``vN`` only."""
+    majors = [int(b[1:]) for b in branches if re.fullmatch(r"v\d+", b)]
+    return ("main", [f"v{major}"]) if major >= max(majors, default=major) else (f"v{major}", [])

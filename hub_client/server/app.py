@@ -159,6 +159,15 @@ class HubApp:
             if action == "preupload":
                 return await V.preupload(cfg, request, repo_type, repo_id, rev)
             return await V.commit(cfg, request, repo_type, repo_id, rev, base)
+        if action == "branch" and len(args) == 1 and m == "PUT":  # nkihub extension: compare-and-set a branch
+            name = P.check_revision(args[0])
+            denied = self._check_write(request)
+            if denied:
+                return denied
+            body = await request.json()
+            target, expected = P.check_revision(str(body.get("targetCommit", ""))), str(body.get("expectedCommit", ""))
+            oid = await run_in_threadpool(st.move_branch, repo_type, repo_id, name, target, expected)
+            return json_response({"name": name, "targetCommit": oid})
         if action in ("branch", "tag") and len(args) == 1 and m in ("POST", "DELETE"):
             name = P.check_revision(args[0])
             denied = self._check_write(request)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 from pathlib import Path
 
 
@@ -18,11 +20,16 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from hub_client.signing import digest_set
+
     from ..loading import _module_name, get, import_variant
+    from ..verify import read_files
 
     local = Path(args.target)
     if local.is_dir():
-        module = import_variant(local.resolve(), _module_name("bench", local.resolve().name))
+        files = read_files(local.resolve())  # imported from these bytes: a new content is a new module
+        content = hashlib.sha256(json.dumps(digest_set(files), sort_keys=True).encode()).hexdigest()[:12]
+        module = import_variant(local.resolve(), _module_name("bench", local.resolve().name, content), files)
     else:
         module = get(args.target, version=args.version, revision=args.revision, endpoint=args.endpoint,
                      trust_remote_code=args.trust_remote_code)

@@ -120,3 +120,32 @@ def test_truncated_download_is_resumed_with_range(hub, pushed, tmp_path):
     snap = download_snapshot(REPO, revision="main", endpoint=hub.url, cache_dir=tmp_path / "cache", token=False)
     assert hub.faults.truncate["pkg/big.bin"] == 0  # the fault fired
     assert (snap / "pkg" / "big.bin").read_bytes() == bytes(range(256)) * 200
+
+
+def test_branch_moves_are_one_compare_and_set(hub, pushed, tmp_path):
+    """A moved branch is never missing for a reader, and a stale expectation moves nothing."""
+    from hub_client.client import compare_and_set_branch, hf_api
+
+    src, first = pushed
+    api = hf_api(hub.url, False)
+    api.create_branch(REPO, branch="v1", repo_type="kernel", revision=first.commit)
+    (src / "a.txt").write_bytes(b"beta")
+    second = push_folder(src, REPO, message="second", endpoint=hub.url, token=False)
+    assert compare_and_set_branch(api, REPO, "v1", second.commit, expected="0" * 40) is False
+    assert hub.storage.refs("kernel", REPO)["branches"]["v1"] == first.commit
+    seen, stop = [], __import__("threading").Event()
+
+    def reader():
+        while not stop.is_set():
+            seen.append("v1" in hub.storage.refs("kernel", REPO)["branches"])
+
+    t = __import__("threading").Thread(target=reader)
+    t.start()
+    try:
+        assert set_branch(REPO, "v1", second.commit, endpoint=hub.url, token=False)
+        assert compare_and_set_branch(api, REPO, "v1", first.commit, expected=second.commit) is True
+    finally:
+        stop.set()
+        t.join()
+    assert seen and all(seen)
+    assert hub.storage.refs("kernel", REPO)["branches"]["v1"] == first.commit

@@ -53,7 +53,7 @@ def test_unchanged_content_makes_no_commit(kernels_env, make_kernel):
 
 def test_same_version_with_other_content_is_refused(kernels_env, make_kernel):
     publish(make_kernel("1.0.0", factor=2.0), REPO)
-    with pytest.raises(PublishError, match="bump the version"):
+    with pytest.raises(PublishConflictError, match="bump the version"):
         publish(make_kernel("1.0.0", factor=3.0), REPO)
 
 
