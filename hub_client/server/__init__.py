@@ -67,7 +67,7 @@ def serve_in_background(root, host: str = "127.0.0.1", port: int = 0, token: str
     server = _uvicorn_server(app, log_level)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=f"nkihub-hub-{port}")
     thread.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # generous: a loaded machine can take seconds to schedule the thread
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError(f"the local Hub did not start on {host}:{port}")

@@ -39,7 +39,7 @@ def make_repo(hub, files: dict[str, bytes], repo_type="kernel"):
 def raw(hub, method, path, body=b"", headers=None):
     """Send a request with the path exactly as given (no client-side normalisation)."""
     u = urlsplit(hub.url)
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=120)  # a bound for a loaded machine, not a timing check
     conn.putrequest(method, path, skip_accept_encoding=True)
     for k, v in (headers or {}).items():
         conn.putheader(k, v)
