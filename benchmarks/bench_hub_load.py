@@ -45,12 +45,23 @@ def write_package(root: Path, minor: int) -> Path:
     return pkg
 
 
-def publisher(url: str, root: str, deadline: float, first: int, out) -> None:
+def wait_for_start(clock, seconds: float) -> float:
+    """Block until the stage's clock is set (every process is ready); return the stage's deadline."""
+    while clock.value == 0.0:
+        time.sleep(0.005)
+    while time.time() < clock.value:
+        time.sleep(0.001)
+    return clock.value + seconds
+
+
+def publisher(url: str, root: str, clock, seconds: float, first: int, ready, out) -> None:
     os.environ["HF_ENDPOINT"] = url
     from hub_client import PublishConflictError
     from kernels.publish import publish
 
     done, conflicts, minor = 0, 0, first
+    ready.put("publisher")
+    deadline = wait_for_start(clock, seconds)
     while time.time() < deadline:
         try:
             publish(write_package(Path(root), minor), REPO)
@@ -61,7 +72,7 @@ def publisher(url: str, root: str, deadline: float, first: int, out) -> None:
     out.put({"published": done, "conflicts": conflicts})
 
 
-def client(url: str, root: str, start: float, deadline: float, out) -> None:
+def client(url: str, root: str, clock, seconds: float, ready, out) -> None:
     os.environ["HF_ENDPOINT"] = url
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     import httpx2
@@ -98,8 +109,8 @@ def client(url: str, root: str, start: float, deadline: float, out) -> None:
     requests.clear()
     statuses.clear()
     client_errors.clear()
-    while time.time() < start:
-        time.sleep(0.001)
+    ready.put("client")
+    deadline = wait_for_start(clock, seconds)
     n = 0
     while time.time() < deadline:
         kind = "cold" if n % 2 == 0 else "warm"
@@ -154,13 +165,14 @@ def pct(values: list[float], q: float) -> float:
 
 def stage(url: str, root: Path, n: int, seconds: float, first_version: int) -> dict:
     ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    start = time.time() + 10.0 + n  # every process imports and fetches once before the clock starts
-    deadline = start + seconds
-    procs = [ctx.Process(target=client, args=(url, str(root), start, deadline, out)) for _ in range(n)]
-    procs.append(ctx.Process(target=publisher, args=(url, str(root), deadline, first_version, out)))
+    out, ready, clock = ctx.Queue(), ctx.Queue(), ctx.Value("d", 0.0)
+    procs = [ctx.Process(target=client, args=(url, str(root), clock, seconds, ready, out)) for _ in range(n)]
+    procs.append(ctx.Process(target=publisher, args=(url, str(root), clock, seconds, first_version, ready, out)))
     for p in procs:
         p.start()
+    for _ in procs:  # every process has imported and fetched once: only then does the clock start
+        ready.get(timeout=600)
+    clock.value = time.time() + 0.2
     results = [out.get(timeout=seconds + 300) for _ in procs]
     for p in procs:
         p.join(timeout=60)
@@ -213,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"      error: {e}")
             for e in r["client_errors"]:
                 print(f"      4xx/5xx: {e}")
-            if r["failed"] == 0 and r["corrupt"] == 0:
+            if r["failed"] == 0 and r["corrupt"] == 0 and r["requests"] > 0:
                 held = max(held, n)
         print(f"\nlargest N held (0 failed requests, 0 corrupt files): {held}")
     finally:

@@ -180,7 +180,7 @@ def test_concurrent_loads_in_processes(kernels_env, make_kernel, tmp_path):
     env = {**__import__("os").environ}
     procs = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(3)]
-    results = [p.communicate(timeout=120) for p in procs]
+    results = [p.communicate(timeout=600) for p in procs]  # a bound for a loaded machine
     assert [p.returncode for p in procs] == [0, 0, 0], [r[1][-500:] for r in results]
     assert [r[0].strip() for r in results] == ["6.0"] * 3
     snaps = list((tmp_path / "kernels-cache" / "kernels--neuron--toy-kernel" / "snapshots").iterdir())
