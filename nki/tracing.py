@@ -196,7 +196,7 @@ class Builder:
     def _track_psum(self, ins: Instruction) -> None:
         from numpy.lib.stride_tricks import as_strided
         for ap in ins.src.values():
-            if isinstance(ap, AccessPattern) and self.program.tensors[ap.tensor].buffer == "psum":
+            if isinstance(ap, AccessPattern) and ap.tensor in self._psum_zeroed:
                 self._zero_marks(ap)[...] = -1   # the zeros were read: that memset must run
         for ap in ins.dst.values():
             if self.program.tensors[ap.tensor].buffer != "psum":
@@ -216,13 +216,16 @@ class Builder:
     def _zero_marks(self, ap: AccessPattern) -> np.ndarray:
         from numpy.lib.stride_tricks import as_strided
         marks = self._psum_zeroed.get(ap.tensor)
-        if marks is None:
-            marks = self._psum_zeroed[ap.tensor] = np.full(self.program.tensors[ap.tensor].size, -1, np.int64)
+        if marks is None:   # only tensors a zero memset wrote get marks (a matmul's fresh tile never does)
+            marks = self._psum_zeroed[ap.tensor] = np.full(self.program.tensors[ap.tensor].size, -1, np.int32)
         return as_strided(marks[ap.offset:], ap.shape, tuple(s * marks.itemsize for s, _ in ap.dims))
 
     def _fold_zero_init(self, ins: Instruction, ap: AccessPattern) -> None:
+        zeroing = ins.opcode == "memset" and ins.attrs.get("value") == 0.0
+        if not zeroing and ap.tensor not in self._psum_zeroed:
+            return
         marks = self._zero_marks(ap)
-        if ins.opcode == "memset" and ins.attrs.get("value") == 0.0:
+        if zeroing:
             # Elements an earlier memset zeroed now carry this one's mark, so that one is never dropped.
             marks[...] = len(self._zeroers)
             self._zeroers.append([ins, marks.size])
@@ -235,6 +238,8 @@ class Builder:
             if entry[1] <= 0:
                 entry[0].attrs["_folded"] = True
         marks[...] = -1
+        if not (self._psum_zeroed[ap.tensor] >= 0).any():
+            del self._psum_zeroed[ap.tensor]
 
     def finish(self) -> Program:
         """Drop the instructions folded away while tracing (PSUM zero-initialisation); the Program."""

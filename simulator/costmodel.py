@@ -1,8 +1,11 @@
 """The cost model's scheduler: runs a Program on per-engine in-order queues and returns its timeline.
 
-Queues: Tensor, Vector, Scalar and GpSimd each run their instructions in program order; 16 DMA queues
-each hold one transfer in flight (descriptor generation, fixed trigger-to-start latency, data movement).
-An instruction starts when its queue is free and every instruction it depends on has finished.
+Queues: Tensor, Vector, Scalar and GpSimd each run one instruction stream, in the order ``issue`` gives
+(program order for ``nki`` kernels, list-scheduled for ``neuronxcc.nki`` kernels); 16 DMA queues each hold
+one transfer in flight (descriptor generation, fixed trigger-to-start latency, data movement). An
+instruction starts when its queue is free and every instruction it depends on has finished; the scheduler
+places instructions in time order (an event simulation), so a ready instruction never waits for one that
+is not.
 Dependencies come from the bytes each instruction reads and writes: read-after-write, write-after-read and
 write-after-write, on physical SBUF/PSUM addresses after allocation (so address reuse creates the false
 dependencies the hardware has) and on HBM element ranges. Cross-queue dependencies are semaphore waits.
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from simulator import cost_rules as cr
 from simulator.isa import DMA, opdef
 from simulator.isa.base import dst_reads
+from simulator import issue
 from simulator.program import AccessPattern, Program
 from simulator.rules import partitions
 from simulator.targets import get_target
@@ -93,7 +97,7 @@ class Schedule:
 class _Tracker:
     """Last writers and readers per memory region, indexed by (space, column bucket)."""
 
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, logical_psum: bool = False):
         self.program = program
         self.buckets: dict = {}
         self.regions: dict = {}   # cache: tensor -> (space, row_len, item, base) or None (read-only)
@@ -104,6 +108,9 @@ class _Tracker:
             root = program.root(name)
             if root.kind in ("input", "constant") and root.name not in written:
                 self.regions[name] = None  # never written: reads need no tracking
+            elif spec.on_chip and logical_psum and spec.buffer == "psum":
+                # PSUM banks are assigned while scheduling (issue.PsumBanks): only true data dependencies.
+                self.regions[name] = (root.name, max(1, spec.free_size), spec.np_dtype.itemsize, 0)
             elif spec.on_chip:
                 space = (spec.buffer, spec.core) if spec.address is not None else root.name
                 self.regions[name] = (space, max(1, spec.free_size), spec.np_dtype.itemsize, spec.address or 0)
@@ -250,7 +257,7 @@ class _Bandwidth:
 class _Ports:
     """Busy intervals per (buffer, engine) of the engines sharing a port (``cost_rules.SHARED_PORTS``, v2
     only): an instruction that touches a buffer may not overlap an instruction of another engine sharing
-    that buffer's port. Each engine's intervals are in-order and disjoint, so starts and ends both grow."""
+    that buffer's port. Each engine's intervals are disjoint, kept sorted, so starts and ends both grow."""
 
     def __init__(self, target):
         self.active = bool(target.shared_port_limits)
@@ -281,9 +288,11 @@ class _Ports:
 
     def occupy(self, idx: int, start: float, end: float, engine: str, ports: tuple) -> None:
         for b in ports:
-            self.starts.setdefault((b, engine), []).append(start)
-            self.ends.setdefault((b, engine), []).append(end)
-            self.owner.setdefault((b, engine), []).append(idx)
+            starts = self.starts.setdefault((b, engine), [])
+            k = bisect.bisect_right(starts, start)   # list-scheduled engines may fill an earlier gap
+            starts.insert(k, start)
+            self.ends.setdefault((b, engine), []).insert(k, end)
+            self.owner.setdefault((b, engine), []).insert(k, idx)
 
 
 # -- the scheduler --------------------------------------------------------------------------------------------
@@ -306,83 +315,130 @@ def schedule(program: Program, target=None) -> Schedule:
     """Schedule an (allocated) Program on ``target``'s queues; see the module docstring for the model."""
     target = get_target(target or program.meta.get("target"))
     sch = Schedule(program, target)
-    tracker = _Tracker(program)
+    policy = issue.policy(program)
+    tracker = _Tracker(program, logical_psum=policy.psum_banks)
+    plan = _Plan(program, target, tracker)
+    n = len(program.instructions)
+    for name in ("queue", "start", "end", "xfer_start", "waits", "pred", "reason"):
+        setattr(sch, name, [None] * n)
+    sch.cost = plan.cost
     bw = _Bandwidth(target)
+    ports = _Ports(target)
+    banks = issue.PsumBanks(program, target) if policy.psum_banks else None
     dma_queues = dma_queue_names(target)
     free = {q: 0.0 for q in (*COMPUTE_QUEUES, *dma_queues)}
     last = {q: -1 for q in free}
     table_state: dict[str, object] = {}
-    ports = _Ports(target)
     gap = {e: cr.ACCESS_START_CYCLES / target.clock_hz(e) for e in COMPUTE_QUEUES}
-    for idx, ins in enumerate(program.instructions):
-        row = opdef(ins.opcode)
-        read_back = dst_reads(row, ins)
-        src_regs = [r for ap in ins.src.values() for r in tracker.region(ap)]
-        dst_regs = [r for ap in ins.dst.values() for r in tracker.region(ap)]
-        back_regs = [r for k in read_back for r in tracker.region(ins.dst[k])]
-        deps: dict[int, bool] = {}
-        tracker.access(idx, src_regs + back_regs, dst_regs, deps)
-        cost = float(row.cost(ins, program, target))
-        is_dma = DMA in row.categories
-        engine = ins.engine if ins.engine in COMPUTE_QUEUES else "dma"
-        # Earliest start allowed by the dependencies.
-        ready, binding = 0.0, -1
-        for j, raw in deps.items():
-            t = sch.end[j]
+    issuer = issue.Issuer(plan.family, policy.window)
+
+    def ready(i: int) -> tuple[float, int]:
+        t, binding = 0.0, -1
+        engine = plan.family[i]
+        for j, raw in plan.deps[i].items():
+            tj = sch.end[j]
             # Accumulating into what the same queue just wrote is pipelined (PSUM accumulation groups).
-            if raw and engine != "dma" and not (read_back and sch.queue[j] == engine):
-                t += gap[engine]
-            if t > ready:
-                ready, binding = t, j
-        if engine == "dma":
-            q = min(dma_queues, key=lambda name: max(free[name], ready))  # ties: lowest queue
-        else:
-            q = engine
-        start = max(free[q], ready)
-        pred, why = (binding, "dep") if ready > free[q] else (last[q], "queue" if last[q] >= 0 else "")
+            if raw and engine != "dma" and not (plan.read_back[i] and sch.queue[j] == engine):
+                tj += gap[engine]
+            if tj > t:
+                t, binding = tj, j
+        return t, binding
+
+    bindings = [-1] * n
+    for i in range(n):
+        if not plan.waiting[i]:
+            t, bindings[i] = ready(i)
+            issuer.release(i, t)
+    while True:
+        nxt = issuer.next(free)
+        if nxt is None:
+            break
+        idx, t_ready = nxt
+        ins = program.instructions[idx]
+        engine = plan.family[idx]
+        binding, cost = bindings[idx], plan.cost[idx]
+        if banks is not None:
+            tb, holder = banks.ready(idx)
+            if tb > t_ready:
+                t_ready, binding = tb, holder
+        q = min(dma_queues, key=lambda name: max(free[name], t_ready)) if engine == "dma" else engine
         attr = cr.TABLE_SWITCH_ATTRS.get(ins.opcode)
         if attr is not None:
             table = ins.attrs.get(attr)
             if table_state.get(q, table) != table:
                 cost += cr.seconds(cr.ACT_TABLE_LOAD_CYCLES, target, q)
+                sch.cost[idx] = cost
             table_state[q] = table
+        start = max(free[q], t_ready)
+        pred, why = (binding, "dep") if t_ready > free[q] else (last[q], "queue" if last[q] >= 0 else "")
+        is_dma = idx in plan.spread
         port_use = () if is_dma else ports.uses(ins, program, q)
         if port_use:
             start, blocker = ports.earliest(start, cost, q, port_use)
             if blocker >= 0:
                 pred, why = blocker, "port"
         if is_dma:
-            spread = _dma_spread(ins, program, target)
-            hbm = _hbm_bytes(ins, program)
-            nbytes = max(sum(ap.size * program.tensors[ap.tensor].np_dtype.itemsize for ap in ins.dst.values()),
-                         sum(ap.size * program.tensors[ap.tensor].np_dtype.itemsize for ap in ins.src.values()))
+            spread = plan.spread[idx]
             earliest = start + cr.DMA_DESCRIPTOR_S + cr.DMA_FIXED_LATENCY_S
-            first, end = bw.transfer(earliest, cost * spread, spread, hbm)
+            xfer, end = bw.transfer(earliest, cost * spread, spread, plan.hbm[idx])
             if end - earliest > cost * 1.001 + bw.bin:
                 why = "bandwidth" if why != "dep" else why
             sch.dma_engine_s += cost * spread
-            sch.hbm_bytes += hbm
-            sch.dma_bytes += nbytes
+            sch.hbm_bytes += plan.hbm[idx]
+            sch.dma_bytes += plan.nbytes[idx]
             sch.dma_count += 1
-            xfer = first
         else:
             end = start + cost
             xfer = start
-        free[q] = end
+        free[q], last[q] = end, idx
         if port_use:
             ports.occupy(idx, start, end, q, port_use)
+        if banks is not None:
+            banks.occupy(idx, ins, end)
         waits = {}
-        for j in deps:
+        for j in plan.deps[idx]:
             qj = sch.queue[j]
             if qj != q and j > waits.get(qj, -1):
                 waits[qj] = j
-        sch.queue.append(q)
-        sch.start.append(start)
-        sch.end.append(end)
-        sch.xfer_start.append(xfer)
-        sch.cost.append(cost)
-        sch.waits.append(tuple(sorted(waits.values())))
-        sch.pred.append(pred)
-        sch.reason.append(why)
-        last[q] = idx
+        sch.queue[idx], sch.start[idx], sch.end[idx], sch.xfer_start[idx] = q, start, end, xfer
+        sch.waits[idx], sch.pred[idx], sch.reason[idx] = tuple(sorted(waits.values())), pred, why
+        issuer.done(idx)
+        for u in plan.users[idx]:
+            plan.waiting[u] -= 1
+            if not plan.waiting[u]:
+                t, bindings[u] = ready(u)
+                issuer.release(u, t)
     return sch
+
+
+class _Plan:
+    """What the scheduler needs of each instruction before placing any: its queue family, engine time,
+    dependencies (``deps[i]``: earlier instruction -> read-after-write) and the instructions waiting on it."""
+
+    def __init__(self, program: Program, target, tracker: "_Tracker"):
+        n = len(program.instructions)
+        self.family, self.cost, self.deps, self.read_back = [], [], [], []
+        self.users = [[] for _ in range(n)]
+        self.waiting = [0] * n
+        self.spread, self.hbm, self.nbytes = {}, {}, {}
+        for idx, ins in enumerate(program.instructions):
+            row = opdef(ins.opcode)
+            read_back = dst_reads(row, ins)
+            src_regs = [r for ap in ins.src.values() for r in tracker.region(ap)]
+            dst_regs = [r for ap in ins.dst.values() for r in tracker.region(ap)]
+            back_regs = [r for k in read_back for r in tracker.region(ins.dst[k])]
+            deps: dict[int, bool] = {}
+            tracker.access(idx, src_regs + back_regs, dst_regs, deps)
+            family = ins.engine if ins.engine in COMPUTE_QUEUES else "dma"
+            self.family.append(family)
+            self.cost.append(float(row.cost(ins, program, target)))
+            self.deps.append(deps)
+            self.read_back.append(bool(read_back))
+            self.waiting[idx] = len(deps)
+            for j in deps:
+                self.users[j].append(idx)
+            if DMA in row.categories:
+                size = lambda aps: sum(ap.size * program.tensors[ap.tensor].np_dtype.itemsize for ap in aps)
+                self.spread[idx] = _dma_spread(ins, program, target)
+                self.hbm[idx] = _hbm_bytes(ins, program)
+                self.nbytes[idx] = max(size(ins.dst.values()), size(ins.src.values()))

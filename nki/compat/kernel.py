@@ -15,6 +15,11 @@ from nki.jit import JitKernel
 class CompatKernel(JitKernel):
     """A ``neuronxcc.nki`` kernel: ``@nki.jit`` semantics (output arguments written in place included)."""
 
+    def _trace(self, bound, target):
+        program = super()._trace(bound, target)
+        program.meta["issue"] = "list"   # neuronxcc schedules the instructions itself (simulator.issue)
+        return program
+
 
 def _wrap(kernel, **options) -> CompatKernel:
     fn = kernel.fn if isinstance(kernel, JitKernel) else kernel
