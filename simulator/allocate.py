@@ -197,35 +197,34 @@ def _search(units, capacity, align: int, budget: int):
     complete = capacity // align <= EXHAUSTIVE_SLOTS
     steps = 0
 
-    def rec(i) -> bool | None:
-        nonlocal steps
-        if i == len(order):
-            return True
-        u = order[i]
+    def options(u):
         conflicts = placed.overlapping(u)
         if complete:
             candidates = range(0, capacity - u.size + 1, align)
         else:
             candidates = sorted({0, capacity - u.size, *(a + s for a, s, _ in conflicts),
                                  *(a - u.size for a, s, _ in conflicts)})
-        for addr in candidates:
-            if addr < 0 or addr + u.size > capacity or \
-                    any(a < addr + u.size and addr < a + s for a, s, _ in conflicts):
-                continue
-            steps += 1
-            if steps > budget:
-                return None
-            placed.add(u, addr)
-            r = rec(i + 1)
-            if r:
-                return True
-            placed.remove(u)
-            if r is None:
-                return None
-        return False
+        return iter([a for a in candidates if a >= 0 and a + u.size <= capacity
+                     and not any(c < a + u.size and a < c + s for c, s, _ in conflicts)])
 
-    found = rec(0)
-    return (placed.addr if found else None), (found is False and complete)
+    # Iterative (a program has thousands of tiles): one iterator of untried addresses per placed unit.
+    stack = [options(order[0])] if order else []
+    while len(stack) <= len(order) and stack:
+        u = order[len(stack) - 1]
+        if u in placed.addr:
+            placed.remove(u)
+        addr = next(stack[-1], None)
+        if addr is None:
+            stack.pop()
+            continue
+        steps += 1
+        if steps > budget:
+            return None, False
+        placed.add(u, addr)
+        if len(stack) == len(order):
+            return placed.addr, False
+        stack.append(options(order[len(stack)]))
+    return None, complete     # every choice tried
 
 
 STRATEGIES = ("next fit", "first fit", "big first", "largest first", "longest first", "largest area first")

@@ -191,3 +191,12 @@ def test_a_tensor_without_room_for_its_live_blocks_is_held_not_fragmented():
     with pytest.raises(KernelRuleError) as info:
         allocate(p, TRN2)
     assert "'qk[block 8]' needs 2048 bytes" in str(info.value) and "are held by live tiles" in str(info.value)
+
+
+def test_the_last_resort_search_handles_thousands_of_tiles():
+    """The search places tiles one after another without recursion (programs have thousands of tiles)."""
+    from simulator.allocate import _Unit, _search
+    units = [_Unit(f"t{i}", None, 1024, i, i + 1) for i in range(3000)]
+    addrs, proven = _search(units, 4096, SBUF_ALIGN_BYTES, budget=10_000)
+    assert addrs is not None and not proven and len(addrs) == 3000
+    assert all(addrs[a] != addrs[b] for a, b in zip(units, units[1:]))   # neighbours overlap in time
