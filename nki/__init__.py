@@ -12,9 +12,10 @@ from nki.jit import JitKernel, jit, simulate
 from nki.compile import compile  # noqa: A004  (nki.compile as in AWS NKI tooling)
 from nki.profile import benchmark, profile
 from nki.estimate import estimating
+from nki import autotune  # noqa: E402  (nki.autotune(...) decorates; nki.autotune.tune(...) sweeps)
 
 __version__ = "0.1.0"
-__all__ = ["JitKernel", "benchmark", "compile", "estimating", "profile", "KernelRuleError", "NkiError", "SimulationError", "isa", "jit", "language", "simulate"]
+__all__ = ["JitKernel", "autotune", "benchmark", "compile", "estimating", "profile", "KernelRuleError", "NkiError", "SimulationError", "isa", "jit", "language", "simulate"]
 
 
 from nki import unsupported as _unsupported  # noqa: E402

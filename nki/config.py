@@ -5,6 +5,7 @@ Environment variables:
 - ``NKI_CACHE_DIR``: directory of the on-disk compile cache (default ``$XDG_CACHE_HOME/nkihub/nki``,
   i.e. ``~/.cache/nkihub/nki``); ``off`` (or ``0``, ``none``) disables the disk cache.
 - ``NEURON_PLATFORM_TARGET_OVERRIDE``: default target (trn1, trn2, trn3), read by ``simulator.targets``.
+- ``NKI_PRINT_AUTOTUNING``: ``1`` makes ``nki.autotune`` print the report of every sweep.
 - ``NKIHUB_DEBUG``: ``1`` makes the ``nki`` command print tracebacks.
 """
 from __future__ import annotations
@@ -30,3 +31,9 @@ def cache_dir() -> Path | None:
 def debug() -> bool:
     """True when NKIHUB_DEBUG asks for tracebacks."""
     return os.environ.get("NKIHUB_DEBUG", "").strip().lower() in _TRUE
+
+
+def print_autotuning() -> bool:
+    """True when NKI_PRINT_AUTOTUNING asks the autotuner to print each sweep's report (as Triton's
+    TRITON_PRINT_AUTOTUNING)."""
+    return os.environ.get("NKI_PRINT_AUTOTUNING", "").strip().lower() in _TRUE

@@ -20,3 +20,18 @@ def dtype_of(dtype) -> np.dtype:
             raise TypeError(f"{dtype} has no NeuronCore dtype")
         return as_dtype(name)
     return as_dtype(dtype)
+
+
+# What a simulated output may differ from a reference by, as max |error| / max |reference|, by the
+# output's dtype (bf16 keeps 8 bits of mantissa, fp8 3 or 2): `nki simulate` and the autotuner's check.
+TOLERANCE = {"bfloat16": 2e-2, "float16": 2e-3, "float32": 1e-4, "float8_e4m3": 1.3e-1, "float8_e4m3fn": 1.3e-1,
+             "float8_e5m2": 2.6e-1}
+
+
+def relative_error(got, want) -> float:
+    """max |got - want| / max |want| in fp32 (inf when ``got`` has a NaN ``want`` lacks)."""
+    g, w = np.asarray(got).astype(np.float32), np.asarray(want).astype(np.float32)
+    if (np.isnan(g) & ~np.isnan(w)).any():
+        return float("inf")
+    err = float(np.nan_to_num(np.abs(g - w), nan=0.0).max(initial=0))
+    return err / max(float(np.nan_to_num(np.abs(w)).max(initial=0)), 1e-30)

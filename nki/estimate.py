@@ -85,3 +85,14 @@ def record(kernel, args, kwargs, want_torch: bool):
     if kind == "none":
         return None
     return outs[0] if kind == "single" else tuple(outs)
+
+
+@contextlib.contextmanager
+def paused():
+    """Run the block with no estimate recording (the autotuner simulates and costs candidates itself
+    even when called inside ``estimating``)."""
+    token = _ACTIVE.set(None)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)

@@ -1,4 +1,4 @@
-"""Entry point of the ``nki`` command (``nki compile|profile|simulate``).
+"""Entry point of the ``nki`` command (``nki compile|profile|simulate|tune``).
 
 Known errors (kernel rule violations, bad arguments, missing files) become one line on stderr with a hint
 to set ``NKIHUB_DEBUG=1`` for the traceback, and a non-zero exit.
@@ -12,14 +12,15 @@ from nki import config
 from nki.cli import compile as compile_cmd
 from nki.cli import profile as profile_cmd
 from nki.cli import simulate as simulate_cmd
+from nki.cli import tune as tune_cmd
 from simulator.errors import NkiError
 
-SUBCOMMANDS = (compile_cmd, profile_cmd, simulate_cmd)
+SUBCOMMANDS = (compile_cmd, profile_cmd, simulate_cmd, tune_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="nki", description="Compile, profile (cost-model estimates) and "
-                                     "simulate NeuronCore kernels.")
+    parser = argparse.ArgumentParser(prog="nki", description="Compile, profile (cost-model estimates), "
+                                     "simulate and autotune NeuronCore kernels.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in SUBCOMMANDS:
         module.add_parser(sub)

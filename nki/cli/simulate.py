@@ -4,10 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from nki.cli.common import add_kernel_args, load_kernel, load_object, make_inputs
-
-# Default tolerances by output dtype (bf16 keeps 8 bits of mantissa, fp8 3 or 2).
-_TOL = {"bfloat16": 2e-2, "float16": 2e-3, "float32": 1e-4, "float8_e4m3": 1.3e-1, "float8_e4m3fn": 1.3e-1,
-        "float8_e5m2": 2.6e-1}
+from nki.dtypes import TOLERANCE, relative_error
 
 
 def add_parser(sub) -> None:
@@ -43,10 +40,9 @@ def run(args) -> int:
         r = np.asarray(r)
         if tuple(r.shape) != tuple(o.shape):
             raise ValueError(f"output {k}: kernel shape {tuple(o.shape)}, reference shape {tuple(r.shape)}")
-        rtol = args.rtol if args.rtol is not None else _TOL.get(str(o.dtype), 1e-4)
+        rtol = args.rtol if args.rtol is not None else TOLERANCE.get(str(o.dtype), 1e-4)
         err = np.abs(_f32(o) - _f32(r))
-        scale = max(float(np.abs(_f32(r)).max(initial=0)), 1e-30)
-        rel = float(err.max(initial=0)) / scale
+        rel = relative_error(o, r)
         good = rel <= rtol
         ok &= good
         print(f"output {k}: max abs error {err.max(initial=0):.3g}, relative to max |ref| {rel:.3g} "
