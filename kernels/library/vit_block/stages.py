@@ -125,7 +125,10 @@ def attention_stage(st, s, d, heads, dt):
     sw = psum_width(chunks[0][1])
     ring_s = Ring((TILE_M, sw), nl.float32, nl.psum, 2 * max(2, 2 * TILE_N // sw) if nch == 1 else nch,
                   "scores_psum")
-    ring_pt = Ring((TILE_K, n_kt, TILE_M), nl.float32, nl.psum, max(2, TILE_N // (n_kt * TILE_M)), "pT_psum")
+    # P^T transposes go four to a PSUM bank (a slot is one bank's group, not the whole row: S > 512 would
+    # otherwise take 2-4 banks a slot)
+    kt_bank = min(4, n_kt)
+    ring_pt = Ring((TILE_K, kt_bank, TILE_M), nl.float32, nl.psum, max(2, TILE_N // (kt_bank * TILE_M)), "pT_psum")
     ring_acc = Ring((TILE_M, psum_width(dh)), nl.float32, nl.psum, TILE_N // psum_width(dh), "pv_psum")
     steps = [_Step(i, q0, qw, h) for i, q0, qw in tiles for h in range(heads)]
 
@@ -182,10 +185,15 @@ def attention_stage(st, s, d, heads, dt):
         nisa.tensor_scalar(dst=outs[j.i][0][:, j.h * dh:(j.h + 1) * dh], data=acc, op0=nl.divide, operand0=rsum)
 
     n = len(steps)
+    # S > 512: a step's scores take all nch slots of their ring (PSUM has no room for two steps' worth),
+    # so the exp that reads the previous step's scores is issued before the next scores overwrite them
+    exp_first = nch > 1
     for k in range(-AHEAD_SCORES, n):
+        if exp_first and 0 <= k + AHEAD_EXP < n:
+            expo(steps[k + AHEAD_EXP])
         if k + AHEAD_SCORES < n:
             scores(steps[k + AHEAD_SCORES])
-        if 0 <= k + AHEAD_EXP < n:
+        if not exp_first and 0 <= k + AHEAD_EXP < n:
             expo(steps[k + AHEAD_EXP])
         if 0 <= k + AHEAD_TRANSPOSE < n:
             transpose_p(steps[k + AHEAD_TRANSPOSE])

@@ -47,6 +47,16 @@ def test_matches_reference(b, s, dh, heads, hidden, dtype):
     _close(y, reference(x, *params, num_heads=heads), dtype)
 
 
+@pytest.mark.parametrize("s", [600, 1100])
+def test_rows_over_one_psum_bank_of_scores(s):
+    # S > 512: each step's scores take several PSUM slots (the exp must read them before the next step's
+    # scores reuse them) and P^T goes four transposes to a bank (DINOv2 at 518 px has 1374 tokens)
+    layer = _layer(64, 2, 96, seed=4)
+    x = torch.randn(1, s, 64)
+    params = layer_params(layer)
+    _close(vit_block(x, *params, num_heads=2), reference(x, *params, num_heads=2), torch.float32)
+
+
 def test_weights_loaded_per_stage_and_unfused_baseline():
     layer = _layer(64, 2, 96, seed=3)
     x = torch.randn(2, 30, 64)
