@@ -5,6 +5,7 @@ and ``nl.nc``/``nl.spmd_dim`` launch grids. Every function translates onto the s
 """
 from __future__ import annotations
 
+import builtins
 import functools
 import inspect
 import math
@@ -129,14 +130,40 @@ def _call(fn, args, kwargs, mask):
     ranges = mask.ranges()
     first = next((a for a in args if isinstance(a, (NkiTensor, PendingView))), None)
     small = fn(*[restrict(a, ranges) for a in args], **{k: restrict(v, ranges) for k, v in kwargs.items()})
-    if first is None or not isinstance(small, NkiTensor) or small.shape == first.shape:
+    if first is None or not isinstance(small, NkiTensor):
         return small
-    full_t = _nl.ndarray(first.shape, small.dtype, buffer=small.buffer, name=small.name)
-    region = restrict(full_t, ranges)
-    if region.shape != small.shape:
+    # The result tile has the shape the unmasked call would give (a reduction drops its axes); the axes
+    # the mask cut in the first operand are cut the same way in it, and the values land in that region.
+    view = first.view if isinstance(first, PendingView) else first
+    cut = {k - 16 + view.ndim: (lo, hi, size) for k, (lo, hi, size) in ranges.items()
+           if 0 <= k - 16 + view.ndim < view.ndim and view.dims[k - 16 + view.ndim][1] == size
+           and (lo, hi) != (0, size)}
+    shape, offset = list(small.shape), {}
+    for j, i in enumerate(_result_axes(view.ndim, small.ndim, kwargs)):
+        if i in cut and small.shape[j] == cut[i][1] - cut[i][0]:
+            shape[j], offset[j] = cut[i][2], cut[i][0]
+    if not offset:
         return small
+    full_t = _nl.ndarray(tuple(shape), small.dtype, buffer=small.buffer, name=small.name)
+    dims = full_t.dims
+    region = NkiTensor(full_t.spec, builtins.sum(o * dims[j][0] for j, o in offset.items()),
+                       tuple((st, n) for (st, _), n in zip(dims, small.shape)))
     _nl._assign(region, small)
     return full_t
+
+
+def _result_axes(n_in: int, n_out: int, kwargs) -> list:
+    """For each axis of a result, the axis of the first operand it comes from (None when unknown):
+    elementwise results keep the operand's axes, reductions drop their ``axis`` ones."""
+    if n_out == n_in:
+        return list(range(n_in))
+    axis = kwargs.get("axis")
+    if axis is not None:
+        dropped = {a % n_in for a in ((axis,) if isinstance(axis, int) else axis)}
+        kept = [i for i in range(n_in) if i not in dropped]
+        if len(kept) == n_out:
+            return kept
+    return [0] + [None] * (n_out - 1)
 
 
 def _masked(fn):

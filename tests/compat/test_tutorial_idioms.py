@@ -52,6 +52,25 @@ def test_an_unmasked_use_still_reads_the_unloaded_rows():
 
 
 @nki.jit
+def masked_reduction_then_narrower_store(x):
+    """A reduction under one mask (the rows loaded) stored under a narrower one (the rows wanted): the
+    reduction's result is a full 128-row tile, so the store's mask cuts it like the destination."""
+    n, k, f = x.shape
+    out = nl.ndarray((n - 10, f), dtype=x.dtype, buffer=nl.shared_hbm)
+    i_p, i_k, i_f = nl.mgrid[0:128, 0:k, 0:f]
+    t = nl.load(x[i_p, i_k, i_f], mask=(i_p < n))
+    m = nl.max(t[i_p, i_k, i_f], axis=[1], mask=(i_p < n))
+    i_o, i_g = nl.mgrid[0:128, 0:f]
+    nl.store(out[i_o, i_g], value=m, mask=(i_o < n - 10))
+    return out
+
+
+def test_a_masked_reduction_keeps_the_full_tile_shape():
+    x = RNG.random((100, 3, 8)).astype(np.float32)
+    np.testing.assert_array_equal(masked_reduction_then_narrower_store(x), x.max(axis=1)[:90])
+
+
+@nki.jit
 def accumulate_into_fresh_psum(lhsT, rhs):
     """``psum[i] += nc_matmul(...)`` into an uninitialised nl.ndarray(..., buffer=nl.psum) per block."""
     k, m = lhsT.shape
