@@ -24,6 +24,8 @@ from nki.tensor import NkiTensor
 
 from nki.compat.affine import affine_index as _affine_index
 
+del range  # nl.range is the current dialect's; here ``range`` stays Python's
+
 if _affine_index not in NkiTensor.index_hooks:
     NkiTensor.index_hooks.append(_affine_index)  # t[i_p, i_f] with nl.arange/nl.mgrid indices
 

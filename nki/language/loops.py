@@ -2,13 +2,15 @@
 independent (checked), sequential_range may carry values, static_range is plain unrolling."""
 from __future__ import annotations
 
+import builtins
+
 from nki import tracing
 
 
 def _loop(kind: str, start, stop, step):
     if stop is None:
         start, stop = 0, start
-    rng = range(int(start), int(stop), int(step))
+    rng = builtins.range(int(start), int(stop), int(step))
     b = tracing.current()
     if b is None:
         yield from rng
@@ -36,6 +38,14 @@ def sequential_range(start, stop=None, step=1):
 def static_range(start, stop=None, step=1):
     """Iterate ``range(start, stop, step)``, fully unrolled."""
     return _loop("static", start, stop, step)
+
+
+def range(start, stop=None, step=1):  # noqa: A001 (NKI's name)
+    """``nl.range``: iterate ``range(start, stop, step)`` in order, fully unrolled; iterations may carry
+    values. Not on the public API pages nor in the stubs; nki-library uses it as a plain loop
+    iterator, and the NKI docs say the compiler turns a Python ``range`` in a kernel into
+    ``sequential_range``, so it is that loop here."""
+    return _loop("sequential", start, stop, step)
 
 
 def program_id(axis=0) -> int:

@@ -355,3 +355,23 @@ def test_buffers_and_dtypes():
     assert nl.bfloat16 == np.dtype(BF16) and nl.float8_e4m3 == np.dtype(ml_dtypes.float8_e4m3)
     with pytest.raises(ValueError, match="unknown buffer"):
         nl.is_psum("dram")
+
+
+def test_nl_range_is_an_in_order_loop_that_may_carry_values():
+    # nl.range (used by nki-library, not on the API pages) behaves as the loop a Python range in a kernel
+    # becomes: sequential, so a value carried from one iteration to the next is legal.
+    @nki.jit
+    def running_sum(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        acc = nl.zeros((128, x.shape[1]), nl.float32, buffer=nl.sbuf)
+        for i in nl.range(x.shape[0] // 128):
+            acc = nl.add(acc, nl.load(x[nl.ds(i * 128, 128), :]))
+            nl.store(out[nl.ds(i * 128, 128), :], acc)
+        return out
+
+    x = np.random.default_rng(3).standard_normal((384, 8)).astype(np.float32)
+    want = np.cumsum(x.reshape(3, 128, 8), axis=0).reshape(384, 8)
+    np.testing.assert_allclose(running_sum(x), want, rtol=1e-5, atol=1e-5)
+    prog = running_sum.trace(x)
+    assert [lp.kind for lp in prog.loops.values()] == ["sequential"]
+    assert list(nl.range(2, 8, 3)) == [2, 5]   # outside a kernel: Python's range
