@@ -32,9 +32,6 @@ GAPS = {
     "nki.isa.register_alloc": _DYN, "nki.isa.register_load": _DYN, "nki.isa.register_move": _DYN,
     "nki.isa.register_store": _DYN, "nki.isa.VirtualRegister": _DYN,
     "nki.isa.nonzero_with_count": _HW,
-    "nki.isa.topk": "no docstring in the AWS stubs (nki/api/nki/isa/__init__.py has no topk); the API page "
-        "describes a 16-partition 'snake' input layout yet says each partition operates independently, and "
-        "leaves the output layout (per partition or snake) and the order of ties unstated",
 }
 # Names that exist here and raise NotSimulatedError at the kernel line (nki.compat.extra.not_simulated).
 NOT_SIMULATED = {
@@ -45,6 +42,8 @@ NOT_SIMULATED = {
 # Names implemented with a documented difference.
 NOTES = {
     "nki.language.dropout": "kept values are not rescaled; random stream is numpy's, not XORWOW",
+    "nki.isa.topk": "result order not fixed by the API pages: ascending values (descending with sorted=True), "
+        "equal values lowest slot first; slots of the last written position past result k-1 get NaN / 0xFFFFFFFF",
     "nki.language.rand": "uniform [0, 1) from numpy's generator (seeded per run), not XORWOW",
     "neuronxcc.nki.benchmark": "latency is the cost model's estimate (all percentiles equal)",
     "neuronxcc.nki.profile": "records the cost model's estimate; writes no NEFF/NTFF files",

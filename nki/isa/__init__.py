@@ -300,7 +300,7 @@ def bn_aggr(dst, data, name=None):
 from nki.isa.extra import (dma_transpose, dropout, max8, nc_find_index8, nc_match_replace8,  # noqa: E402,F401
                            nc_n_gather, nc_stream_shuffle, range_select, rng, scalar_tensor_tensor,
                            select_reduce, set_rng_seed, tensor_partition_reduce, tensor_scalar_reduce,
-                           tensor_tensor_scan)
+                           tensor_tensor_scan, topk)
 from nki.isa.extra import (activate2, dma_compute, exponential, local_gather, sequence_bounds)  # noqa: E402,F401
 from nki.isa.mx import nc_matmul_mx, quantize_mx  # noqa: E402,F401
 from nki.isa.multicore import core_barrier, sendrecv  # noqa: E402,F401

@@ -114,6 +114,21 @@ def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):
     return dst
 
 
+def topk(val_dst, idx_dst, src, n, sorted=False, name=None):  # noqa: A002 (NKI's parameter name)
+    """The k largest values of each 16-partition group of bf16 ``src`` and their indices (GpSimd Engine).
+
+    A group's data is a snake: slot s is partition s % 16, free position s // 16; the first ``n`` slots
+    count. k is the free size of ``val_dst`` [P, k] (bf16); result j lands at partition j % 16, position
+    j // 16 of ``val_dst`` and of ``idx_dst`` [P, k] (uint32 slot indices). Order of the k results (not
+    fixed by the API pages, which nki-library does not rely on): ascending values, or descending with
+    ``sorted=True``; equal values lowest slot first. Returns ``val_dst``.
+    """
+    _tile(val_dst, "val_dst"), _tile(idx_dst, "idx_dst"), _tile(src, "src")
+    emit("topk", "gpsimd", {"val_dst": val_dst, "idx_dst": idx_dst}, {"src": src},
+         {"n": int(n), "sorted": bool(sorted)})
+    return val_dst
+
+
 def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
     """Within each 32-partition quadrant, dst partition i = src partition shuffle_mask[i] (255: keep)."""
     _tile(dst, "dst"), _tile(src, "src")

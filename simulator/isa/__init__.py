@@ -4,6 +4,7 @@ from simulator.isa import partition, random, scan, select  # noqa: F401  (issue 
 from simulator.isa import activate, dma_compute, gather  # noqa: F401  (v4 activations, DMA math, GpSimd index)
 from simulator.isa import mx  # noqa: F401  (v4 microscaling: quantize_mx, nc_matmul_mx)
 from simulator.isa import collectives  # noqa: F401  (between cores and ranks)
+from simulator.isa import topk  # noqa: F401  (GpSimd top-k over 16-partition snakes)
 from simulator.isa.base import (ACCUMULATE, DEBUG, DMA, ELEMENTWISE, ENGINES, GENERATE, MATMUL, OPS, REDUCE,
                                 ExecContext, OpDef, in_category, opdef)
 

@@ -123,18 +123,26 @@ register("nc_find_index8", engines={"vector"}, execute=_find_index8, cost=_top8_
 
 
 def _match_replace8(ins, src, dst, ctx):
-    """dst = data with the first occurrence of each vals[p, k] replaced by ``imm``; the optional
-    ``dst_idx`` receives those indices (as nc_find_index8)."""
+    """dst = data with the first occurrence of each vals[p, k] replaced by ``imm``, value after value (the
+    ISA's numpy equivalent), so a value listed twice replaces its first two occurrences; the optional
+    ``dst_idx`` receives the replaced positions (0 for a value not found, as that equivalent leaves it;
+    the ISA calls the case undefined)."""
     out = dst["dst"]
     x = _rows(f32(src["data"])).copy()
-    idx = _first_index(x, _rows(f32(src["vals"])), -1)
-    rows = np.repeat(np.arange(x.shape[0])[:, None], TOP, axis=1)
-    found = idx >= 0
-    x[rows[found], idx[found]] = np.float32(ins.attrs["imm"])
+    vals = _rows(f32(src["vals"]))
+    rows = np.arange(x.shape[0])
+    idx = np.zeros(vals.shape, dtype=np.int64)
+    imm = np.float32(ins.attrs["imm"])
+    for j in range(vals.shape[1]):
+        hit = x == vals[:, j:j + 1]
+        found = hit.any(axis=1)
+        pos = hit.argmax(axis=1)
+        idx[found, j] = pos[found]
+        x[rows[found], pos[found]] = imm
     store(out, x.reshape(out.shape))
     if "dst_idx" in dst:
         d = dst["dst_idx"]
-        d[...] = np.where(found, idx, _missing(d.dtype)).reshape(d.shape).astype(d.dtype)
+        d[...] = idx.reshape(d.shape).astype(d.dtype)
 
 
 register("nc_match_replace8", engines={"vector"}, execute=_match_replace8, cost=_top8_cost,
