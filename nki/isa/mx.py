@@ -13,8 +13,10 @@ from simulator import mx
 from simulator.errors import KernelRuleError
 
 
-def _scale_operands(scale: NkiTensor, role: str, data_partitions: int, cols: int) -> dict:
-    """{role0: scale[0:r0, :cols], role1: scale[32:32+r1, :cols], ...} for data of ``data_partitions``."""
+def _scale_operands(scale: NkiTensor, role: str, data_partitions: int, cols: int, whole: bool = False) -> dict:
+    """{role0: scale[0:r0, :cols], role1: scale[32:32+r1, :cols], ...} for data of ``data_partitions``;
+    with ``whole`` (a written scale tile), each quadrant's operand spans all of the quadrant the tile has
+    (up to 32 partitions): the partitions past the scales are written too (see quantize_mx)."""
     if data_partitions % mx.QUADRANT:
         raise KernelRuleError("mx-partitions", f"MX data spans {data_partitions} partitions; a multiple of 32",
                               operand=role, shape=scale.shape, loc=tracing.caller_loc())
@@ -27,7 +29,8 @@ def _scale_operands(scale: NkiTensor, role: str, data_partitions: int, cols: int
                                   f"{data_partitions} partitions take 4 partitions at the start of each quadrant",
                                   operand=role, shape=scale.shape, dtype=scale.spec.dtype, buffer=scale.buffer,
                                   loc=tracing.caller_loc())
-        out[f"{role}{q}"] = flat[start:start + rows, 0:cols]
+        end = min(start + mx.QUADRANT, flat.shape[0]) if whole else start + rows
+        out[f"{role}{q}"] = flat[start:end, 0:cols]
     return out
 
 
@@ -35,9 +38,14 @@ def quantize_mx(dst, src, dst_scale, name=None):
     """Quantize ``src`` [P, F] (bfloat16/float16, SBUF; P a multiple of 32 up to 128, F of 4) to MXFP8:
     ``dst`` [P, F/4] float8_e5m2_x4 or float8_e4m3fn_x4 and one E8M0 scale (uint8 or float8_e8m0fnu)
     per block of 8 partitions x 4 elements in ``dst_scale`` ([P/8, F/4] for 32 partitions, else
-    [P, F/4] with 4 scale partitions per quadrant). Vector Engine, NeuronCore-v4."""
+    [P, F/4] with 4 scale partitions per quadrant). Vector Engine, NeuronCore-v4.
+
+    The rest of each quadrant of ``dst_scale`` (partitions 4..31 of it, over the same columns) is written
+    with zeros: the ISA page only says those partitions receive no scales; nki-library's tests (mxfp_load)
+    read the whole scale tile and expect zeros there, which is what is assumed here."""
     _tile(dst, "dst"), _tile(src, "src"), _tile(dst_scale, "dst_scale")
-    dsts = {"dst": dst, **_scale_operands(dst_scale, "dst_scale", src.shape[0], dst.size // max(1, dst.shape[0]))}
+    cols = dst.size // max(1, dst.shape[0])
+    dsts = {"dst": dst, **_scale_operands(dst_scale, "dst_scale", src.shape[0], cols, whole=True)}
     emit("quantize_mx", "vector", dsts, {"src": src}, {"dst_dtype": dst.spec.dtype})
     return dst
 

@@ -45,7 +45,7 @@ def _data_rules(ins, program, role: str, dtypes, what: str) -> None:
         raise fail("mx-dtype", f"{what} must be one of {', '.join(sorted(dtypes))}", ins, program, role)
 
 
-def _scale_rules(ins, program, name: str, data_partitions: int, cols: int) -> None:
+def _scale_rules(ins, program, name: str, data_partitions: int, cols: int, whole: bool = False) -> None:
     roles = scale_roles(ins, name)
     want = mx.scale_rows(data_partitions)
     if len(roles) != len(want):
@@ -54,7 +54,7 @@ def _scale_rules(ins, program, name: str, data_partitions: int, cols: int) -> No
     for role, (_, rows) in zip(roles, want):
         _data_rules(ins, program, role, SCALE_DTYPES, f"{name} (the E8M0 scales)")
         ap = ins.src.get(role) or ins.dst.get(role)
-        if partitions(ap) != rows or _free(ap) != cols:
+        if partitions(ap) not in ((rows, mx.QUADRANT) if whole else (rows,)) or _free(ap) != cols:
             raise fail("mx-scale-layout", f"{name}: each quadrant holds [{rows}, {cols}] scales, got "
                        f"{list(ap.shape)}", ins, program, role)
 
@@ -73,12 +73,14 @@ def _quantize_rules(ins, program, target):
     if partitions(dst) != p or _free(dst) != f // mx.PACK:
         raise fail("mx-shape", f"the output must be [{p}, {f // mx.PACK}] (4 input elements per packed "
                    "element)", ins, program, "dst")
-    _scale_rules(ins, program, "dst_scale", p, f // mx.PACK)
+    _scale_rules(ins, program, "dst_scale", p, f // mx.PACK, whole=True)
 
 
 def _quantize(ins, src, dst, ctx):
     """dst = the src tile [P, F] (bf16/fp16) MX-quantized to 4-packed FP8 [P, F/4], one E8M0 scale per
-    block of 8 partitions x 4 elements written to dst_scale (4 partitions per SBUF quadrant)."""
+    block of 8 partitions x 4 elements written to dst_scale (4 partitions per SBUF quadrant); a quadrant
+    operand spanning the whole quadrant gets zeros past its scales (an assumption: the ISA page says only
+    that those partitions receive no scales; nki-library's mxfp_load test expects zeros there)."""
     x = f32(src["src"]).reshape(src["src"].shape[0], -1)
     bits, scale = mx.quantize(x, ins.attrs["dst_dtype"])
     out = dst["dst"]
@@ -86,8 +88,9 @@ def _quantize(ins, src, dst, ctx):
     row = 0
     for role in scale_roles(ins, "dst_scale"):
         view = dst[role]
-        n = view.shape[0]
-        view[...] = scale[row:row + n].reshape(view.shape).view(view.dtype)
+        n = min(view.shape[0], mx.SCALES_PER_QUADRANT, scale.shape[0] - row)
+        view[:n] = scale[row:row + n].reshape((n,) + view.shape[1:]).view(view.dtype)
+        view[n:].view(np.uint8)[...] = 0     # E8M0 code 0 (a float8_e8m0fnu zero would be NaN)
         row += n
 
 

@@ -88,7 +88,9 @@ def test_scales_land_in_four_partitions_per_quadrant():
     np.testing.assert_array_equal(data, bits)
     for q in range(4):
         np.testing.assert_array_equal(scales[32 * q:32 * q + 4], want[4 * q:4 * q + 4])
-        assert (scales[32 * q + 4:32 * (q + 1)] == 7).all()   # the rest of the quadrant is untouched
+        # The rest of the quadrant: the ISA page only says it gets no scales; nki-library's mxfp_load test
+        # reads it and expects zero bytes, which is the behaviour modelled.
+        assert (scales[32 * q + 4:32 * (q + 1)] == 0).all()
 
 
 def test_mx_instructions_are_neuroncore_v4_only():
