@@ -36,7 +36,7 @@ from hub_client import paths as P
 from hub_client.digest import sha256_b64
 
 from . import config
-from .card import render_card
+from .card import render_card, tuned_rows
 from .package_check import PublishError, check_version, package_files
 from .vendor import VendorError, python_depends, vendor_package
 
@@ -105,7 +105,7 @@ def build_repo(package_dir: str | Path, out_dir: str | Path, repo_id: str) -> di
             vdir = out_dir / "build" / variant
             shutil.copytree(standalone, vdir / package)
             variants.append(_write_metadata(vdir, spec, backend, carried))
-    (out_dir / "README.md").write_text(render_card(spec, repo_id, variants))
+    (out_dir / "README.md").write_text(render_card(spec, repo_id, variants, tuned_rows(package_dir)))
     return spec
 
 

@@ -19,7 +19,8 @@ Program runs), Neuron tensors run through the Neuron toolchain (``launch`` insid
 anything else is a ValueError. Each library counts the real (not fake) calls of its ops in
 ``lib.calls``, so a test can prove a model ran its kernels rather than a fallback.
 
-This module stands alone (standard library, torch, the public ``nki`` API and :mod:`kernels.device`):
+This module stands alone (standard library, torch, the public ``nki`` API, :mod:`kernels.device` and
+:mod:`kernels.tuned`):
 ``kernels publish`` vendors it into every published kernel as that package's op-registration helper,
 the way Hugging Face's kernel-builder writes ``_ops.py`` into each build. A published copy keeps its
 own registry; :func:`adopt` makes nkihub's :func:`count_calls` and :func:`library_of` see it.
@@ -37,7 +38,7 @@ from typing import Callable
 
 import torch
 
-from . import device
+from . import device, tuned
 
 # Every OpLibrary built in this process, by namespace (a re-import of one build shares its ops).
 _LIBRARIES: dict[str, "OpLibrary"] = {}
@@ -185,9 +186,12 @@ def launch(kernel, *args, **kwargs):
     """Run an ``@nki.jit`` kernel on the device of the op being run.
 
     Inside an op on Neuron tensors the kernel goes to the Neuron toolchain (tensor arguments are moved
-    to that device); otherwise it runs through ``nki.simulate`` with contiguous CPU tensors.
+    to that device); otherwise it runs through ``nki.simulate`` with contiguous CPU tensors. The
+    package's tuned config for these shapes on the current target, if it has one, replaces the
+    launcher's keyword constants (:mod:`kernels.tuned`).
     Returns torch tensors (one, or a tuple), as the kernel returns them.
     """
+    args, kwargs = tuned.configure(kernel, args, kwargs)
     target, launched = _NEURON_DEVICE.get() or (None, [0])
     if target is None:
         tensors = _tensors(args, kwargs)

@@ -10,9 +10,9 @@ import argparse
 import sys
 
 from .. import config
-from . import benchmark, download, info, keygen, lock, publish, serve, verify, versions
+from . import benchmark, download, info, keygen, lock, publish, serve, tune, verify, versions
 
-SUBCOMMANDS = (serve, publish, versions, info, lock, download, verify, benchmark, keygen)
+SUBCOMMANDS = (serve, publish, tune, versions, info, lock, download, verify, benchmark, keygen)
 
 
 def build_parser() -> argparse.ArgumentParser:

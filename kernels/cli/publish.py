@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .tune import add_tune_args, tune
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("publish", help="publish a kernel source package (a directory with kernel.json)")
@@ -11,11 +13,17 @@ def add_parser(sub) -> None:
     p.add_argument("--token", default=None, help="write token (default: $HF_TOKEN)")
     p.add_argument("--sign", default=None, metavar="KEY",
                    help="private key file from `kernels keygen`: sign every variant with it")
+    p.add_argument("--tune", action="store_true",
+                   help="run the package's autotuning sweeps first and write its tuned.json (see `kernels tune`)")
+    add_tune_args(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from ..publish import publish
+
+    if args.tune and tune(args.path, args.target, args.workers, args.ray):
+        return 1
 
     print(publish(args.path, args.repo_id, endpoint=args.endpoint, token=args.token, sign=args.sign))
     return 0

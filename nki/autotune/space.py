@@ -91,7 +91,8 @@ def product(space: dict[str, tuple]) -> list[Config]:
 
 
 class Exhaustive:
-    """Hands out every config once (the default config first)."""
+    """Hands out every config once, the default config first (evaluated even when outside the list: it
+    is what the sweep is compared with)."""
 
     name = "exhaustive"
 
@@ -169,11 +170,10 @@ def search_for(space: dict | None, configs: list | None, *, search: str = "auto"
     if configs is not None:
         if search == "tpe":
             raise ValueError("autotune search='tpe' needs space={...}, not configs=[...]")
-        return Exhaustive(configs, first if first in configs else None)
+        return Exhaustive(configs, first)
     size = space_size(space)
     if search == "exhaustive" or (search == "auto" and size <= EXHAUSTIVE_LIMIT):
-        every = product(space)
-        return Exhaustive(every, first if first in every else None)
+        return Exhaustive(product(space), first)
     if budget < 1:
         raise ValueError(f"autotune budget={budget}: at least 1 config")
     return TPE(space, budget, seed, first)

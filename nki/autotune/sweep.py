@@ -17,7 +17,7 @@ from nki.arrays import is_array, to_numpy
 from nki.autotune import cache, parallel
 from nki.autotune.candidate import OK, CheckCase, KernelRef, Result, Task, specs
 from nki.autotune.report import TuneReport
-from nki.autotune.space import Config, as_configs, check_space, search_for
+from nki.autotune.space import Config, as_config, as_configs, check_space, search_for
 from simulator.targets import get_target
 
 CHECK_ELEMENTS = 1 << 20   # the call's own inputs are simulated as the check when they are this small
@@ -80,7 +80,7 @@ def check_case(kernel, check, args, kwargs, *, check_args=None, check_kwargs=Non
 
 def tune(kernel, *args, configs=None, space=None, target=None, check=None, check_args=None, check_kwargs=None,
          rtol=None, key=(), search="auto", budget=64, seed=0, workers=None, ray=None, prune=None,
-         use_cache=True, progress=None, **kwargs) -> TuneReport:
+         default=None, use_cache=True, progress=None, **kwargs) -> TuneReport:
     """Sweep ``kernel`` (``@nki.jit``) over ``configs=[{...}, ...]`` or ``space={"name": [values]}`` for
     the arguments ``args``/``kwargs`` (numpy arrays or torch tensors of the real shapes; their values are
     not read) on ``target`` (a name, a list, or "trn1,trn2"; default the current target).
@@ -91,7 +91,8 @@ def tune(kernel, *args, configs=None, space=None, target=None, check=None, check
     the kernel's default config.
     ``search``: "auto" (exhaustive up to 256 configs, else Optuna TPE for ``budget`` configs, seeded
     by ``seed``), "exhaustive" or "tpe". ``prune(configs, named_args) -> configs`` drops configs before
-    the sweep (Triton's ``early_config_prune``). ``workers``: local processes (default one per core);
+    the sweep (Triton's ``early_config_prune``). ``default``: the config the caller uses today (default:
+    the kernel's signature defaults), always evaluated and marked in the report. ``workers``: local processes (default one per core);
     ``ray``: a Ray cluster address (default ``RAY_ADDRESS``). ``progress(done, total, result)`` is called
     after every candidate. Returns a :class:`TuneReport`.
     """
@@ -106,7 +107,7 @@ def tune(kernel, *args, configs=None, space=None, target=None, check=None, check
     if clash:
         raise ValueError(f"autotune: {', '.join(clash)} is tuned, so it cannot also be passed to the kernel")
     targets = targets_of(target)
-    default = default_config(k, names)
+    default = as_config(default) if default is not None else default_config(k, names)
     if prune is not None:
         from nki.autotune.space import product
         named = dict(k._bind(args, kwargs).arguments)

@@ -95,7 +95,7 @@ def test_a_third_party_package_gets_the_helpers_it_imports(tmp_path):
         _lib = OpLibrary("bad_kernel", "1.0.0", __file__)
         """)
     carried = vendor_package(pkg, tmp_path / "out" / "bad_kernel", "bad_kernel")
-    assert set(carried.vendored) == {"kernels.library.common", "kernels.torch_ops", "kernels.device"}
+    assert set(carried.vendored) == {"kernels.library.common", "kernels.torch_ops", "kernels.device", "kernels.tuned"}
     assert carried.requires == {"torch", "nki"}  # common's kernel launcher reaches nki lazily
     assert "from . import _common as common" in (tmp_path / "out/bad_kernel/__init__.py").read_text()
 

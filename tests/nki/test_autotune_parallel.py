@@ -2,13 +2,6 @@
 give the same report as one process; a Ray sweep resumes from the cache."""
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -46,44 +39,13 @@ def test_local_worker_processes_give_the_same_report_as_one_process():
     assert same(one, two)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
-    """``ray start --head`` on loopback (2 CPUs, no dashboard), stopped at the end by its own pid."""
+def ray_cluster():
+    """A Ray head on loopback (2 CPUs), stopped at the end by its own pid."""
     pytest.importorskip("ray")
-    port = _free_port()
-    temp = Path("/tmp") / f"ray-nkt-{os.getpid()}"   # short: Ray's socket paths have a length limit
-    log = tmp_path_factory.mktemp("ray") / "ray.log"
-    cmd = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", f"--port={port}",
-           "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
-           f"--temp-dir={temp}", "--object-store-memory=100000000"]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
-    address = f"127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while "Ray runtime started" not in log.read_text():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"ray start did not come up:\n{log.read_text()[-2000:]}")
-            time.sleep(0.5)
+    from nki.autotune.localray import local_cluster
+    with local_cluster(num_cpus=2) as address:
         yield address
-    finally:
-        import ray
-        if ray.is_initialized():
-            ray.shutdown()
-        proc.send_signal(signal.SIGINT)   # --block stops the cluster's processes on SIGINT
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)   # the group this fixture started, nothing else
-            proc.wait()
-        shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.mark.slow  # starting Ray takes ~15 s on this machine

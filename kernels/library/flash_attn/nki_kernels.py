@@ -168,13 +168,16 @@ def load_head_rows(src, n, dst):
 
 
 @nki.jit
-def flash_fwd_kernel(q, k, v, causal, scale):
+def flash_fwd_kernel(q, k, v, causal, scale, key_block=KEY_BLOCK, ahead_t=AHEAD_T,
+                     ahead_e=AHEAD_E, ahead_s=AHEAD_S):
     """Flash attention forward. q (B, Hq, Sq, D), k/v (B, Hkv, Sk, D) bf16 or fp32 (HBM), Hq % Hkv == 0,
     D <= 256; causal masks key j > query i (top-left aligned, as torch's is_causal). Returns
     out (B, Hq, Sq, D) in q's dtype and lse (B, Hq, Sq) fp32.
 
     The (q tile, key block) steps of all heads form one software pipeline (see the loop below), so
     every in-order engine queue has independent work queued behind what it waits for; K/V of the next kv head and Q of the next q head load meanwhile.
+    Tuning parameters (nki.autotune): ``key_block`` keys per online-softmax step (a multiple of 512),
+    ``ahead_t`` <= ``ahead_e`` <= ``ahead_s`` the pipeline distances of the P^T, exp and scores stages.
     """
     bsz, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
@@ -184,27 +187,27 @@ def flash_fwd_kernel(q, k, v, causal, scale):
     lse = nl.ndarray((bsz, hq, sq), dtype=nl.float32, buffer=nl.shared_hbm)
     nqt, nkt = len(row_tiles(sq)), len(row_tiles(sk))
     shared_psum = nisa.get_nc_version() == nisa.nc_version.gen2   # trn1: Vector and Scalar share PSUM's port
-    # heads in flight: the pipeline holds AHEAD_S + 1 blocks (a head has at least nqt) plus the prefetched one
-    q_slots = 2 + -(-(AHEAD_S + 1) // nqt)
-    kv_slots = 2 + -(-(AHEAD_S + 1) // (nqt * group))
+    # heads in flight: the pipeline holds ahead_s + 1 blocks (a head has at least nqt) plus the prefetched one
+    q_slots = 2 + -(-(ahead_s + 1) // nqt)
+    kv_slots = 2 + -(-(ahead_s + 1) // (nqt * group))
     ctx = {
         "d": d, "causal": causal, "mask": causal_mask() if causal else None, "copies": 0,
         "shared_psum": shared_psum,
         "k": Ring((P, nkt, d), dtype, nl.sbuf, kv_slots, "k"), "v": Ring((P, nkt, d), dtype, nl.sbuf, kv_slots, "v"),
         "q": Ring((P, nqt, d), dtype, nl.sbuf, q_slots, "q"),
         "kT": transposed_ring(d, sk, dtype, kv_slots, "kT"), "qT": transposed_ring(d, sq, dtype, q_slots, "qT"),
-        "s": Ring((P, KEY_BLOCK), nl.float32, nl.psum, 2, "s_psum"),            # 4 banks
+        "s": Ring((P, key_block), nl.float32, nl.psum, 2, "s_psum"),            # 4 banks
         "pT_psum": Ring((P, BANK // P, P), nl.float32, nl.psum, 2, "pT_psum"),  # 2 banks
         "pv": Ring((P, d), nl.float32, nl.psum, 2, "pv_psum"),                  # 1 bank
-        "p": Ring((P, KEY_BLOCK), dtype, nl.sbuf, AHEAD_E - AHEAD_T + 2, "p"),
-        "pT": Ring((P, BANK // P, P), dtype, nl.sbuf, 2 * (KEY_BLOCK // BANK) + 2, "pT"),
-        "stats": Ring((P, 5), nl.float32, nl.sbuf, AHEAD_S + 4, "stats"),
+        "p": Ring((P, key_block), dtype, nl.sbuf, ahead_e - ahead_t + 2, "p"),
+        "pT": Ring((P, BANK // P, P), dtype, nl.sbuf, 2 * (key_block // BANK) + 2, "pT"),
+        "stats": Ring((P, 5), nl.float32, nl.sbuf, ahead_s + 4, "stats"),
         "o": Ring((P, d), nl.float32, nl.sbuf, 8, "o_acc"),
         "o_scaled": Ring((P, d), nl.float32, nl.sbuf, 2, "o_scaled"),
         "o_out": Ring((P, d), dtype, nl.sbuf, 3, "o_out"), "lse": Ring((P, 1), nl.float32, nl.sbuf, 3, "lse_sb"),
     }
     if shared_psum:
-        ctx["neg_s"] = Ring((P, KEY_BLOCK), nl.float32, nl.sbuf, AHEAD_S - AHEAD_E + 2, "neg_s")
+        ctx["neg_s"] = Ring((P, key_block), nl.float32, nl.sbuf, ahead_s - ahead_e + 2, "neg_s")
     # PSUM: the transposes of K and Q share one bank (the 8th)
     tp = Ring((P, BANK), nl.float32, nl.psum, 1, "tp_psum")
     kv_heads = {}
@@ -226,8 +229,8 @@ def flash_fwd_kernel(q, k, v, causal, scale):
         for q0, r in row_tiles(sq):
             kend = min(sk, q0 + r) if causal else sk
             prev = None
-            for b0 in range(0, kend, KEY_BLOCK):
-                bw = min(KEY_BLOCK, kend - b0)
+            for b0 in range(0, kend, key_block):
+                bw = min(key_block, kend - b0)
                 prev = Block(hd, q0, r, b0, bw, prev, b0 + bw >= kend)
                 yield prev
 
@@ -251,20 +254,20 @@ def flash_fwd_kernel(q, k, v, causal, scale):
         return made[n]
 
     # Software pipeline over the block stream: step n issues the P^T transposes and copies of block
-    # n + AHEAD_T, the scores of n + AHEAD_S, the exp of n + AHEAD_E and P V of block n. Per engine queue
+    # n + ahead_t, the scores of n + ahead_s, the exp of n + ahead_e and P V of block n. Per engine queue
     # that is Tensor T S PV, Vector copy max o-update, Scalar copies exp: every wait is on work issued at
     # least one step earlier.
-    n = -AHEAD_S
+    n = -ahead_s
     while True:
-        blocks = {dist: blk(n + dist) if n + dist >= 0 else None for dist in (0, AHEAD_T, AHEAD_E, AHEAD_S)}
+        blocks = {dist: blk(n + dist) if n + dist >= 0 else None for dist in (0, ahead_t, ahead_e, ahead_s)}
         if n >= 0 and blocks[0] is None:
             break
-        if blocks[AHEAD_T] is not None:
-            stage_transpose(blocks[AHEAD_T], ctx)
-        if blocks[AHEAD_S] is not None:
-            stage_scores(blocks[AHEAD_S], ctx)
-        if blocks[AHEAD_E] is not None:
-            stage_exp(blocks[AHEAD_E], ctx)
+        if blocks[ahead_t] is not None:
+            stage_transpose(blocks[ahead_t], ctx)
+        if blocks[ahead_s] is not None:
+            stage_scores(blocks[ahead_s], ctx)
+        if blocks[ahead_e] is not None:
+            stage_exp(blocks[ahead_e], ctx)
         if blocks[0] is not None:
             stage_pv(blocks[0], ctx)
             if blocks[0].last:

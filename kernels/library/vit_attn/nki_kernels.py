@@ -63,10 +63,10 @@ def qk_matmul(dst, qT, kT, d, q0, r, c0, cw):
         nisa.nc_matmul(dst=dst, stationary=qT[:dc, c, q0:q0 + r], moving=kT[:dc, c, c0:c0 + cw], accumulate=c > 0)
 
 
-def head_group_size(heads, seq, d, itemsize):
-    """Heads moved per DMA: as many as fit GROUP_BYTES per partition (at least one)."""
+def head_group_size(heads, seq, d, itemsize, group_bytes=GROUP_BYTES):
+    """Heads moved per DMA: as many as fit ``group_bytes`` per partition (at least one)."""
     per_head = len(row_tiles(seq)) * d * itemsize
-    return max(1, min(heads, GROUP_BYTES // per_head))
+    return max(1, min(heads, group_bytes // per_head))
 
 
 class Ring:
@@ -180,21 +180,24 @@ def stage_out(job, ctx):
 
 
 @nki.jit
-def vit_attention_kernel(q, k, v, scale, with_lse=False):
+def vit_attention_kernel(q, k, v, scale, with_lse=False, group_bytes=GROUP_BYTES, ahead_scores=AHEAD_SCORES,
+                         ahead_exp=AHEAD_EXP):
     """softmax(scale * q k^T) v. q, k, v (B, H, S, D) bf16 or fp32 in HBM, S <= 4096, D <= 256.
     Returns out (B, H, S, D) in q's dtype; with ``with_lse`` also lse (B, H, S) fp32 =
-    logsumexp(scale * q k^T) (what the flash backward kernel needs; a few instructions per q tile)."""
+    logsumexp(scale * q k^T) (what the flash backward kernel needs; a few instructions per q tile).
+    Tuning parameters (nki.autotune): ``group_bytes`` SBUF bytes per partition of one head-group slot,
+    ``ahead_scores`` / ``ahead_exp`` the pipeline distances of the scores and exp stages."""
     bsz, heads, s_len, d = q.shape
     dtype = q.dtype
     out = nl.ndarray((bsz, heads, s_len, d), dtype=dtype, buffer=nl.shared_hbm)
     lse = nl.ndarray((bsz, heads, s_len), dtype=nl.float32, buffer=nl.shared_hbm) if with_lse else None
     tiles = row_tiles(s_len)
     nt = len(tiles)
-    g = head_group_size(heads, s_len, d, q.itemsize)
+    g = head_group_size(heads, s_len, d, q.itemsize, group_bytes)
     nchunk = (s_len + BANK - 1) // BANK
-    # load/store slots: the pipeline holds AHEAD_SCORES + 1 tiles (heads spanned: 1 + ceil(ahead / nt)),
+    # load/store slots: the pipeline holds ahead_scores + 1 tiles (heads spanned: 1 + ceil(ahead / nt)),
     # the head after the newest is prepared, and the group after that head's is loaded ahead
-    live_heads = 2 + -(-AHEAD_SCORES // nt)
+    live_heads = 2 + -(-ahead_scores // nt)
     io_slots = 2 + -(-(live_heads - 1) // g)
     io = {name: Ring((P, nt, g, d), dtype, nl.sbuf, io_slots, name) for name in ("q", "k", "v", "o")}
     if with_lse:
@@ -203,17 +206,17 @@ def vit_attention_kernel(q, k, v, scale, with_lse=False):
     nchunk = len(chunks)
     cw = psum_width(chunks[0][1])          # columns of one score chunk
     kts = cw // P if cw >= P else 1        # 128-key tiles per chunk
-    ahead = AHEAD_SCORES
+    ahead = ahead_scores
     ctx = {
         "d": d, "chunks": chunks, "nchunk": nchunk,
         "kT": transposed_ring(d, s_len, dtype, 3, "kT"), "qT": transposed_ring(d, s_len, dtype, 3, "qT"),
         # PSUM rings pack small slots into banks: 8 banks hold all of them
         "tp": Ring((P, cw), nl.float32, nl.psum, max(2, 2 * BANK // cw), "tp_psum"),
-        # scores live from their stage to the exp stage: ahead - AHEAD_EXP + 1 slots at least
-        "s": Ring((P, cw), nl.float32, nl.psum, max(ahead - AHEAD_EXP + 1, 2 * BANK // cw), "s_psum"),
+        # scores live from their stage to the exp stage: ahead - ahead_exp + 1 slots at least
+        "s": Ring((P, cw), nl.float32, nl.psum, max(ahead - ahead_exp + 1, 2 * BANK // cw), "s_psum"),
         "pT_psum": Ring((P, kts, P), nl.float32, nl.psum, max(2, 2 * BANK // (kts * P)), "pT_psum"),
         "o": Ring((P, psum_width(d)), nl.float32, nl.psum, max(2, BANK // psum_width(d)), "o_psum"),
-        "p": Ring((P, cw), dtype, nl.sbuf, (AHEAD_EXP + 2) * nchunk, "p"),
+        "p": Ring((P, cw), dtype, nl.sbuf, (ahead_exp + 2) * nchunk, "p"),
         "pT": Ring((P, kts, P), dtype, nl.sbuf, 2, "pT"),
         "stats": Ring((P, 2 * nchunk + 1), nl.float32, nl.sbuf, ahead + 2, "stats"),
     }
@@ -272,8 +275,8 @@ def vit_attention_kernel(q, k, v, scale, with_lse=False):
     for n in range(-ahead, total):
         if n + ahead < total:
             stage_scores(job(n + ahead), ctx)
-        if 0 <= n + AHEAD_EXP < total:
-            stage_exp(job(n + AHEAD_EXP), ctx)
+        if 0 <= n + ahead_exp < total:
+            stage_exp(job(n + ahead_exp), ctx)
         if n >= 0:
             cur = job(n)
             stage_pv(cur, ctx)

@@ -1,0 +1,137 @@
+"""Tuned configs of kernel packages: `kernels tune` writes tuned.json from the sweeps kernel.json
+declares, launches apply it for the exact shapes and target, the published package carries it (as data,
+with the standalone kernels.tuned vendored) and its card shows it."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from kernels import tuned
+from kernels.cli.main import main
+from kernels.library import LIBRARY
+from kernels.publish import build_repo
+from kernels.tuning import parse_arg, tuning_spec
+from kernels.vendor import ROOT
+
+MATMUL = ROOT / "kernels" / "library" / "matmul"
+SMALL = {"kernel": "matmul_kernel", "space": {"k_group": [1, 4], "m_tiles": [1, 4]},
+         "cases": [{"args": ["256x512:bfloat16", "512x1024:bfloat16"], "check": ["256x512:bfloat16", "512x1024:bfloat16"]}]}
+
+
+@pytest.fixture
+def small_matmul(tmp_path, monkeypatch):
+    """A copy of the matmul package whose kernel.json declares a small sweep."""
+    monkeypatch.setenv("NKI_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("NEURON_PLATFORM_TARGET_OVERRIDE", raising=False)
+    pkg = tmp_path / "src" / "matmul"
+    shutil.copytree(MATMUL, pkg, ignore=shutil.ignore_patterns("__pycache__", "tuned.json"))
+    spec = json.loads((pkg / "kernel.json").read_text())
+    spec["tuning"] = {"kernels": [SMALL]}
+    (pkg / "kernel.json").write_text(json.dumps(spec))
+    return pkg
+
+
+def _load_package(pkg_dir, name):
+    spec = importlib.util.spec_from_file_location(name, pkg_dir / "__init__.py", submodule_search_locations=[str(pkg_dir)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_kernels_tune_then_publish_carries_the_tuned_config_to_users(small_matmul, tmp_path, capsys, monkeypatch):
+    assert main(["tune", str(small_matmul), "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "matmul_kernel trn1" in out and "matmul_kernel trn2" in out and "estimate" in out
+    data = json.loads((small_matmul / "tuned.json").read_text())
+    entries = data["kernels"]["matmul_kernel"]
+    assert {e["target"] for e in entries} == {"trn1", "trn2"}
+    for e in entries:
+        assert e["tensors"] == [[[256, 512], "bfloat16"], [[512, 1024], "bfloat16"]]
+        assert e["passed"] == e["candidates"] == 4
+        assert e["estimate_us"] <= e["default_us"]   # the default is one of the candidates of this run
+
+    build_repo(small_matmul, tmp_path / "repo", "neuron/matmul")
+    card = (tmp_path / "repo" / "README.md").read_text()
+    assert "## Tuned configurations" in card and "`matmul_kernel` | trn2 | 256x512 bfloat16, 512x1024 bfloat16" in card
+    built = tmp_path / "repo" / "build" / "torch-cpu" / "matmul"
+    assert (built / "tuned.json").read_text() == (small_matmul / "tuned.json").read_text()
+    assert (built / "_tuned.py").is_file()
+
+    # a user of the published package gets the tuned config of their target without tuning
+    pkg = _load_package(built, "_published_matmul_tuned")
+    a = torch.randn(256, 512).to(torch.bfloat16)
+    b = torch.randn(512, 1024).to(torch.bfloat16)
+    for target in ("trn1", "trn2"):
+        monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", target)
+        want = next(e["config"] for e in entries if e["target"] == target)
+        got = pkg._tuned.lookup(pkg.matmul_kernel, [a, b])
+        assert got == want
+        c = pkg.matmul(a, b)
+        torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=2e-2, atol=2e-1)
+        traced = [dict((p[0], p[2]) for p in key[2] if p[1] == "C") for key in pkg.matmul_kernel._cache
+                  if key[0] == target]
+        assert any(all(t.get(k) == v for k, v in want.items()) for t in traced), traced
+    # other shapes keep the launcher's values
+    assert pkg._tuned.lookup(pkg.matmul_kernel, [a[:128], b]) is None
+
+
+def test_configure_replaces_positional_and_keyword_values_and_skips_unknown_names(tmp_path, monkeypatch):
+    src = tmp_path / "k.py"
+    src.write_text("def kern(x, y, block=1, depth=2):\n    return x\n")
+    x = np.zeros((4, 8), np.float32)
+    (tmp_path / "tuned.json").write_text(json.dumps({"version": 1, "kernels": {"kern": [
+        {"target": "trn1", "tensors": [[[4, 8], "float32"]], "config": {"block": 7, "gone": 1}}]}}))
+    spec = importlib.util.spec_from_file_location("_tuned_probe", src)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    tuned._load.cache_clear()
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
+    assert tuned.configure(mod.kern, (x, 3, 5), {}) == ((x, 3, 7), {})
+    assert tuned.configure(mod.kern, (x, 3), {"block": 5, "depth": 4}) == ((x, 3, 7, 4), {})
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
+    assert tuned.configure(mod.kern, (x, 3, 5), {}) == ((x, 3, 5), {})
+
+
+@pytest.mark.parametrize("repo", sorted(LIBRARY))
+def test_library_tuning_specs_name_real_kernel_parameters(repo):
+    pkg = ROOT.joinpath(*LIBRARY[repo].split("."))
+    import importlib
+    import inspect
+    kernels_mod = importlib.import_module(LIBRARY[repo] + ".nki_kernels")
+    for k in tuning_spec(pkg):
+        params = inspect.signature(getattr(kernels_mod, k["kernel"]).fn).parameters
+        assert set(k["space"]) <= set(params), k["space"]
+        for case in k["cases"]:
+            n_args = len([parse_arg(a) for a in case["args"]])
+            assert n_args == len(case["check"]) and n_args + len(k["space"]) <= len(params)
+
+
+@pytest.mark.slow  # compiles every tuned entry of the library at its shapes (estimate mode: nothing runs)
+@pytest.mark.parametrize("repo", sorted(LIBRARY))
+def test_library_tuned_configs_still_compile_at_their_shapes(repo, tmp_path, monkeypatch):
+    """A tuned.json older than a kernel change must not break a launch: every entry's config traces,
+    validates and allocates at its shapes on its target (retune with `kernels tune` when this fails)."""
+    import importlib
+
+    import nki
+    monkeypatch.setenv("NKI_CACHE_DIR", str(tmp_path / "cache"))
+    pkg = ROOT.joinpath(*LIBRARY[repo].split("."))
+    if not (pkg / "tuned.json").is_file():
+        pytest.skip(f"{repo} has no tuned.json")
+    kernels_mod = importlib.import_module(LIBRARY[repo] + ".nki_kernels")
+    data = json.loads((pkg / "tuned.json").read_text())
+    for k in tuning_spec(pkg):
+        kernel = getattr(kernels_mod, k["kernel"])
+        for case in k["cases"]:
+            args = [parse_arg(a) for a in case["args"]]
+            for e in data["kernels"].get(k["kernel"], []):
+                if e["tensors"] == tuned.tensor_key(args):
+                    nki.compile(kernel, *args, target=e["target"], **e["config"])
