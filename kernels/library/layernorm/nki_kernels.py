@@ -61,19 +61,36 @@ def normalize_tile(x_tile, rows, eps, w_tile, b_tile, out_dtype):
     return out
 
 
+def load_row_tiles(x, tiles_per_dma):
+    """Yield (row0, rows, SBUF tile [rows, F]) covering x [R, F] (HBM) in 128-row tiles; full tiles are
+    loaded ``tiles_per_dma`` at a time by one DMA (fewer, larger transfers), a partial last tile alone."""
+    r, f = x.shape
+    p = nl.tile_size.pmax
+    full = r // p
+    for t0 in range(0, full, max(1, tiles_per_dma)):
+        n = min(max(1, tiles_per_dma), full - t0)
+        group = nl.ndarray((p, n, f), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=group, src=x[t0 * p:(t0 + n) * p, :].reshape((n, p, f)).permute((1, 0, 2)))
+        for j in range(n):
+            yield (t0 + j) * p, p, group[:, j, :]
+    if r % p:
+        rows = r % p
+        tile = nl.ndarray((rows, f), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x[full * p:r, :])
+        yield full * p, rows, tile
+
+
 @nki.jit
-def layer_norm_kernel(x, weight, bias, eps):
+def layer_norm_kernel(x, weight, bias, eps, tiles_per_dma=1):
     """LayerNorm over the last dim. x [R, F] (bf16/fp32, HBM), weight/bias [F]; returns [R, F] in x's dtype.
-    128 rows per tile on partitions; weight and bias are loaded once (broadcast to all partitions)."""
+    128 rows per tile on partitions; weight and bias are loaded once (broadcast to all partitions).
+    ``tiles_per_dma`` (nki.autotune): 128-row tiles of x per load DMA."""
     r, f = x.shape
     out = nl.ndarray((r, f), dtype=x.dtype, buffer=nl.shared_hbm)
     p = nl.tile_size.pmax
     w_tile = load_row_vector(weight, min(p, r))
     b_tile = load_row_vector(bias, min(p, r))
-    for t in nl.affine_range((r + p - 1) // p):
-        rows = min(p, r - t * p)
-        x_tile = nl.ndarray((rows, f), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=x_tile, src=x[t * p:t * p + rows, :])
+    for r0, rows, x_tile in load_row_tiles(x, tiles_per_dma):
         y = normalize_tile(x_tile, rows, eps, w_tile, b_tile, x.dtype)
-        nisa.dma_copy(dst=out[t * p:t * p + rows, :], src=y)
+        nisa.dma_copy(dst=out[r0:r0 + rows, :], src=y)
     return out

@@ -3,7 +3,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-from kernels.library.layernorm.nki_kernels import load_row_vector
+from kernels.library.layernorm.nki_kernels import load_row_tiles, load_row_vector
 
 
 def rms_normalize_tile(x_tile, rows, eps, w_tile, out_dtype):
@@ -25,17 +25,15 @@ def rms_normalize_tile(x_tile, rows, eps, w_tile, out_dtype):
 
 
 @nki.jit
-def rms_norm_kernel(x, weight, eps):
+def rms_norm_kernel(x, weight, eps, tiles_per_dma=1):
     """RMSNorm over the last dim. x [R, F] (bf16/fp32, HBM), weight [F]; returns [R, F] in x's dtype.
-    128 rows per tile on partitions; the weight is loaded once, broadcast to all partitions."""
+    128 rows per tile on partitions; the weight is loaded once, broadcast to all partitions.
+    ``tiles_per_dma`` (nki.autotune): 128-row tiles of x per load DMA."""
     r, f = x.shape
     out = nl.ndarray((r, f), dtype=x.dtype, buffer=nl.shared_hbm)
     p = nl.tile_size.pmax
     w_tile = load_row_vector(weight, min(p, r))
-    for t in nl.affine_range((r + p - 1) // p):
-        rows = min(p, r - t * p)
-        x_tile = nl.ndarray((rows, f), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=x_tile, src=x[t * p:t * p + rows, :])
+    for r0, rows, x_tile in load_row_tiles(x, tiles_per_dma):
         y = rms_normalize_tile(x_tile, rows, eps, w_tile, x.dtype)
-        nisa.dma_copy(dst=out[t * p:t * p + rows, :], src=y)
+        nisa.dma_copy(dst=out[r0:r0 + rows, :], src=y)
     return out
