@@ -21,6 +21,10 @@ def ref(x):
     return x * 2
 
 
+def wrong_ref(x):
+    return x * 3
+
+
 @nki.autotune(space={"tile": [32, 64, 128, 256], "skip": [False, True]}, key=["x"], target=("trn1", "trn2"),
               check=ref, workers=1)
 @nki.jit

@@ -42,9 +42,10 @@ def test_tune_with_a_configs_list_and_no_reference_checks_against_the_default(tm
 
 
 def test_no_passing_candidate_exits_1(tmp_path, capsys):
-    rc = main(["tune", f"{KERNEL}:tiled_scale", "--shape", "512x256", "--space", "tile=256", "--workers", "1",
-               "--no-png", "--out-dir", str(tmp_path), "--check", f"{KERNEL}:ref"])
-    assert rc == 1 and "no candidate passed" in capsys.readouterr().out
+    rc = main(["tune", f"{KERNEL}:tiled_scale", "--shape", "512x256", "--space", "tile=64,256", "--workers", "1",
+               "--no-png", "--out-dir", str(tmp_path), "--check", f"{KERNEL}:wrong_ref"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "no candidate passed" in out and "BEST" not in out
 
 
 @pytest.mark.parametrize("bad", ["tile", "tile=", "{not json"])
