@@ -16,7 +16,7 @@ from nki.tensor import NkiTensor
 from simulator.allocate import allocate
 from simulator.dtypes import dtype_name
 from simulator.errors import KernelRuleError, NkiError, SourceLoc
-from simulator.executor import Executor
+from simulator.replay import executor_for
 from simulator.program import Program
 from simulator.targets import get_target
 from simulator.validate import validate
@@ -32,11 +32,13 @@ class CompiledKernel:
         self._lock = threading.Lock()
 
     @property
-    def executor(self) -> Executor:
+    def executor(self):
+        """The engine running this Program (``NKIHUB_SIM_ENGINE``: the fast replay engine or the reference
+        executor), made on first use."""
         with self._lock:
             if self._executor is None:
                 # checked: _trace ran the dataflow checks, so pooled buffers need no NaN refill.
-                self._executor = Executor(self.program, self.target, checked=True)
+                self._executor = executor_for(self.program, self.target, checked=True)
             return self._executor
 
 

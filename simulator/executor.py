@@ -13,13 +13,13 @@ so the stale contents are never observed and the refill is skipped.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 
 import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from simulator import config
 from simulator.errors import NkiError, SimulationError
 from simulator.isa import ExecContext, opdef
 from simulator.program import Program
@@ -33,14 +33,14 @@ _blas = None
 
 
 def sim_threads() -> int:
-    """BLAS threads while a Program runs: ``NKIHUB_SIM_THREADS`` (read on each call), default 1;
-    0 leaves BLAS alone. The same variable sets the torch-op pinning of ``kernels``."""
-    return int(os.environ.get("NKIHUB_SIM_THREADS", "1"))
+    """BLAS threads while the reference executor runs a Program: ``NKIHUB_SIM_THREADS`` (read on each
+    call), default 1; 0 leaves BLAS alone. The same variable sets the torch-op pinning of ``kernels``."""
+    return config.sim_threads(1)
 
 
 @contextlib.contextmanager
-def blas_pinned():
-    """Keep numpy's BLAS on ``sim_threads()`` threads while a Program runs.
+def blas_pinned(threads: int | None = None):
+    """Keep numpy's BLAS on ``threads`` (default ``sim_threads()``) threads while a Program runs.
 
     The simulator's matmuls are tile-sized (one instruction is at most 128 x 128 x 512 on trn1/trn2):
     one BLAS thread is as fast as two, while BLAS threads spinning against torch's OpenMP threads or
@@ -49,7 +49,7 @@ def blas_pinned():
     restores. Needs threadpoolctl; without it BLAS keeps its thread count.
     """
     global _pin_depth, _pin_limiter, _blas
-    n = sim_threads()
+    n = sim_threads() if threads is None else threads
     if n <= 0:
         yield
         return

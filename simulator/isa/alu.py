@@ -72,7 +72,8 @@ def _safe(fn):
     return run
 
 
-ACTIVATIONS: dict[str, callable] = {name: _safe(fn) for name, fn in {
+# The raw functions (floating-point errors not silenced: callers run them under np.errstate).
+ACTIVATION_FNS: dict[str, callable] = {
     "copy": lambda x: x, "identity": lambda x: x, "bypass": lambda x: x,
     "exp": np.exp, "log": np.log, "tanh": np.tanh, "sigmoid": _sigmoid, "relu": lambda x: np.maximum(x, 0),
     "gelu": _gelu, "gelu_dx": _gelu_dx, "gelu_apprx_tanh": _gelu_tanh, "gelu_apprx_sigmoid": _gelu_sigmoid,
@@ -82,7 +83,10 @@ ACTIVATIONS: dict[str, callable] = {name: _safe(fn) for name, fn in {
     "cos": np.cos, "tan": np.tan, "arctan": np.arctan, "erf": _erf,
     "erf_dx": lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x), "softplus": _softplus, "mish": _mish,
     "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc,
-}.items()}
+}
+ACTIVATIONS: dict[str, callable] = {name: _safe(fn) for name, fn in ACTIVATION_FNS.items()}
+# Activations that are numpy ufuncs (float32 in and out), which may write into an ``out=`` array.
+UFUNC_ACTIVATIONS = frozenset(name for name, fn in ACTIVATION_FNS.items() if isinstance(fn, np.ufunc))
 
 
 def _cmp(fn):
@@ -123,12 +127,22 @@ _REDUCE_ALIASES = {"max": "maximum", "min": "minimum", "sum": "add", "prod": "mu
 ASSOCIATIVE = frozenset({"add", "maximum", "minimum", "multiply", "bitwise_and", "bitwise_or", "bitwise_xor"})
 
 
-def alu(name: str):
-    """The numpy function of an ALU operator (binary, float32 in and out)."""
+# ALU operators that are numpy ufuncs: float32 in, float32 out, so they may write into an ``out=`` array.
+UFUNC_OPS = frozenset({"add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "mod", "fmod"})
+
+
+def alu_fn(name: str):
+    """The raw numpy function of an ALU operator (floating-point errors not silenced)."""
     try:
-        fn = ALU_OPS[name]
+        return ALU_OPS[name]
     except KeyError:
         raise ValueError(f"unknown ALU operator {name!r}; known: {', '.join(sorted(ALU_OPS))}") from None
+
+
+def alu(name: str):
+    """The numpy function of an ALU operator (binary, float32 in and out)."""
+    fn = alu_fn(name)
+
     def run(a, b):
         with np.errstate(all="ignore"):
             return np.asarray(fn(a, b), dtype=_F)

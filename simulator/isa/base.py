@@ -44,6 +44,9 @@ class OpDef:
     - ``rules``: callables ``(ins, program, target)`` that raise ``KernelRuleError``.
     - ``reads_dst(ins)``: whether the destination's old contents are read (accumulation): True for
       every destination, or the roles that are read (e.g. ``("reduce_res",)``).
+    - ``bind(ins, src, dst, scratch) -> step(ctx) | None`` (optional): the fast engine's compiled form of
+      ``execute`` for operands stacked along a leading batch axis (see ``simulator.isa.fast``); None
+      (or no bind) runs ``execute`` instead. It must give ``execute``'s bits.
     """
 
     opcode: str
@@ -54,13 +57,14 @@ class OpDef:
     rules: tuple = ()
     categories: frozenset = frozenset()
     reads_dst: Callable = staticmethod(lambda ins: False)
+    bind: Callable | None = None
 
 
 OPS: dict[str, OpDef] = {}
 
 
 def register(opcode: str, *, engines, execute, cost, rules=None, categories=(), reads_dst=None,
-             doc: str | None = None) -> OpDef:
+             doc: str | None = None, bind=None) -> OpDef:
     """Add a row to the instruction table (``doc`` defaults to ``execute``'s docstring).
 
     ``rules`` must be stated, ``()`` when no operand rule applies, so no row silently skips validation.
@@ -70,7 +74,7 @@ def register(opcode: str, *, engines, execute, cost, rules=None, categories=(), 
     if rules is None:
         raise ValueError(f"instruction {opcode!r}: state its operand rules (rules=() if none apply)")
     row = OpDef(opcode, frozenset(engines), (doc or execute.__doc__ or "").strip(), execute, cost,
-                tuple(rules), frozenset(categories), reads_dst or (lambda ins: False))
+                tuple(rules), frozenset(categories), reads_dst or (lambda ins: False), bind)
     OPS[opcode] = row
     return row
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from simulator import cost_rules as cr
+from simulator.convert import F32, caster
 from simulator.isa.base import DMA, f32, register, store
+from simulator.isa.fast import fitted, reader, view_as, writer
 from simulator.rules import fail, partitions
 
 
@@ -34,6 +36,28 @@ def _dma_copy(ins, src, dst, ctx):
         store(out, f32(s).reshape(out.shape))
 
 
+def copy_step(s: np.ndarray, out: np.ndarray, sc):
+    """The step of ``out = s`` reshaped to out's shape (DMA and engine copies): bit-exact for equal
+    dtypes, through fp32 otherwise, as ``_dma_copy`` and ``tensor_copy`` do."""
+    if s.dtype == out.dtype:
+        get = fitted(s, out.shape)
+        return lambda ctx: np.copyto(out, get())
+    if s.dtype == F32 or (out.dtype == F32 and s.dtype.kind != "b"):
+        v = view_as(s, out.shape)
+        if v is not None and out.dtype.kind not in "iub":
+            cast = caster(out, v)
+            return lambda ctx: cast()
+        get, write = fitted(s, out.shape), writer(out)
+        return lambda ctx: write(get())
+    arr, refresh = reader(s, sc, 0)
+    get, write = fitted(arr, out.shape), writer(out)
+    return lambda ctx: (refresh(), write(get()))
+
+
+def _dma_bind(ins, src, dst, sc):
+    return copy_step(src["src"], dst["dst"], sc)
+
+
 def contiguous_bytes(ap, spec) -> int:
     """Bytes in the innermost contiguous run of an access pattern."""
     run = 1
@@ -58,4 +82,4 @@ def _dma_cost(ins, program, target):
 
 
 register("dma_copy", engines={"dma"}, execute=_dma_copy, cost=_dma_cost, rules=(_dma_rules,),
-         categories={DMA})
+         categories={DMA}, bind=_dma_bind)

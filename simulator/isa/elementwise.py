@@ -11,6 +11,7 @@ from simulator import cost_rules as cr
 from simulator.dtypes import as_dtype
 from simulator.isa import alu
 from simulator.isa.base import ELEMENTWISE, GENERATE, f32, fit, reduce_res_read, register, store
+from simulator.isa.fast import NoBind, column, fitted, reader, refresher, strict_reshape, writer
 from simulator.rules import COMPUTE_RULES, fail, partitions, same_free_size, same_partitions
 
 
@@ -68,6 +69,40 @@ def _reduce_into(ins, src, dst, y):
     store(dst["reduce_res"], r.reshape(dst["reduce_res"].shape))
 
 
+def reduce_into_step(ins, src, dst, sc, slot: int):
+    """``_reduce_into`` for a stacked [k, P, ...] fp32 result: ``fold(y)`` (None without reduce_res)."""
+    if "reduce_res" not in dst:
+        return None
+    res = dst["reduce_res"]
+    op = alu.reduce_name(ins.attrs.get("reduce_op", "add"))
+    fn, _ = alu.REDUCE_OPS[op]
+    write = writer(res)
+    if ins.attrs.get("reduce_cmd") == "reduce":
+        acc, refresh = reader(res, sc, slot)
+        combine = alu.alu_fn(op)
+
+        def fold(y):
+            r = np.asarray(fn(y.reshape(y.shape[0], y.shape[1], -1), axis=2, keepdims=True), dtype=np.float32)
+            if refresh is not None:
+                refresh()
+            r = np.asarray(combine(acc.reshape(r.shape), r), dtype=np.float32)
+            write(r.reshape(res.shape))
+        return fold
+
+    def fold(y):
+        r = np.asarray(fn(y.reshape(y.shape[0], y.shape[1], -1), axis=2, keepdims=True), dtype=np.float32)
+        write(r.reshape(res.shape))
+    return fold
+
+
+def binary_step(fn_name: str, t: np.ndarray):
+    """``apply(a, b) -> fp32 array`` equal to ``alu.alu(name)(a, b)``: a ufunc writes into ``t``."""
+    fn = alu.alu_fn(fn_name)
+    if fn_name in alu.UFUNC_OPS:
+        return lambda a, b: fn(a, b, out=t)
+    return lambda a, b: np.asarray(fn(a, b), dtype=np.float32)
+
+
 # -- tensor_tensor --------------------------------------------------------------------------------------
 def _tensor_tensor(ins, src, dst, ctx):
     """dst = data1 <op> data2, elementwise (Vector or GpSimd engine)."""
@@ -76,13 +111,29 @@ def _tensor_tensor(ins, src, dst, ctx):
     store(out, alu.alu(ins.attrs["op"])(a, b))
 
 
+def _tt_bind(ins, src, dst, sc):
+    out = dst["dst"]
+    a_arr, a_ref = reader(src["data1"], sc, 0)
+    b_arr, b_ref = reader(src["data2"], sc, 1)
+    a, b = fitted(a_arr, out.shape), fitted(b_arr, out.shape)
+    refresh = refresher(a_ref, b_ref)
+    apply = binary_step(ins.attrs["op"], sc.new(out.shape, np.float32, 2))
+    write = writer(out)
+
+    def step(ctx):
+        if refresh is not None:
+            refresh()
+        write(apply(a(), b()))
+    return step
+
+
 def _tt_cost(ins, program, target):
     fast = (_bf16_sbuf(ins, program) and ins.attrs["op"] in ("add", "subtract", "multiply")) \
         or _any_psum(ins, program)
     return _engine_cost(ins, program, target, 2, fast=fast, perf=cr.PERF_MODE_TT_SPEEDUP)
 
 
-register("tensor_tensor", engines={"vector", "gpsimd"}, execute=_tensor_tensor, cost=_tt_cost,
+register("tensor_tensor", engines={"vector", "gpsimd"}, execute=_tensor_tensor, cost=_tt_cost, bind=_tt_bind,
          rules=COMPUTE_RULES + (same_partitions("dst", "data1", "data2"), same_free_size("dst", "data1"),
                                 same_free_size("dst", "data2")),
          categories={ELEMENTWISE})
@@ -101,11 +152,41 @@ def _tensor_scalar(ins, src, dst, ctx):
     _reduce_into(ins, src, dst, y)
 
 
+def _ts_bind(ins, src, dst, sc):
+    out = dst["dst"]
+    x_arr, x_ref = reader(src["data"], sc, 0)
+    x = fitted(x_arr, out.shape)
+    s0, s0_ref = column(ins, src, "operand0", out.ndim, sc, 1)
+    a = ins.attrs
+    if s0 is None or (a.get("op1") is not None and column(ins, src, "operand1", out.ndim, sc, 2)[0] is None):
+        raise NoBind("missing operand")
+    stages = [(binary_step(a["op0"], sc.new(out.shape, np.float32, 3)), s0, a.get("reverse0", False))]
+    s1_ref = None
+    if a.get("op1") is not None:
+        s1, s1_ref = column(ins, src, "operand1", out.ndim, sc, 2)
+        stages.append((binary_step(a["op1"], sc.new(out.shape, np.float32, 3)), s1, a.get("reverse1", False)))
+    refresh = refresher(x_ref, s0_ref, s1_ref)
+    write = writer(out)
+    fold = reduce_into_step(ins, src, dst, sc, 4)
+
+    def step(ctx):
+        if refresh is not None:
+            refresh()
+        y = x()
+        for apply, operand_, rev in stages:
+            y = apply(operand_, y) if rev else apply(y, operand_)
+        write(y)
+        if fold is not None:
+            fold(y)
+    return step
+
+
 def _ts_cost(ins, program, target):
     return _engine_cost(ins, program, target, 1, perf=cr.PERF_MODE_COPY_SPEEDUP)
 
 
 register("tensor_scalar", engines={"vector", "scalar", "gpsimd"}, execute=_tensor_scalar, cost=_ts_cost,
+         bind=_ts_bind,
          rules=COMPUTE_RULES + (same_partitions("dst", "data", "operand0", "operand1"),
                                 same_free_size("dst", "data")),
          categories={ELEMENTWISE})
@@ -124,6 +205,35 @@ def _activation(ins, src, dst, ctx):
     _reduce_into(ins, src, dst, y)
 
 
+def _act_bind(ins, src, dst, sc):
+    out = dst["dst"]
+    x_arr, x_ref = reader(src["data"], sc, 0)
+    x = fitted(x_arr, out.shape)
+    scale, sc_ref = column(ins, src, "scale", out.ndim, sc, 1, 1.0)
+    bias, b_ref = column(ins, src, "bias", out.ndim, sc, 2, 0.0)
+    fn = alu.ACTIVATION_FNS.get(ins.attrs["op"])
+    if fn is None:
+        raise NoBind("unknown activation")
+    t = sc.new(out.shape, np.float32, 3)
+    if ins.attrs["op"] in alu.UFUNC_ACTIVATIONS:
+        ufunc = fn
+        fn = lambda v: ufunc(v, out=v)   # noqa: E731  (elementwise: in place gives the same bits)
+    refresh = refresher(x_ref, sc_ref, b_ref)
+    write = writer(out)
+    fold = reduce_into_step(ins, src, dst, sc, 4)
+
+    def step(ctx):
+        if refresh is not None:
+            refresh()
+        np.multiply(x(), scale, out=t)
+        np.add(t, bias, out=t)
+        y = np.asarray(fn(t), dtype=np.float32)
+        write(y)
+        if fold is not None:
+            fold(y)
+    return step
+
+
 def _act_cost(ins, program, target):
     return cr.seconds(cr.scalar_cycles(_n(ins) * cr.stride_slowdown(ins, program), reduce="reduce_res" in ins.dst), target, "scalar")
 
@@ -134,7 +244,7 @@ def _act_rules(ins, program, target):
                    "reduce_res")
 
 
-register("activation", engines={"scalar"}, execute=_activation, cost=_act_cost,
+register("activation", engines={"scalar"}, execute=_activation, cost=_act_cost, bind=_act_bind,
          rules=COMPUTE_RULES + (same_partitions("dst", "data", "bias", "scale"), same_free_size("dst", "data"),
                                 _act_rules),
          categories={ELEMENTWISE},
@@ -154,7 +264,12 @@ def _tensor_copy(ins, src, dst, ctx):
         store(out, fit(f32(s), out.shape))
 
 
-register("tensor_copy", engines={"vector", "scalar", "gpsimd"}, execute=_tensor_copy, cost=_ts_cost,
+def _copy_bind(ins, src, dst, sc):
+    from simulator.isa.dma import copy_step
+    return copy_step(src["src"], dst["dst"], sc)
+
+
+register("tensor_copy", engines={"vector", "scalar", "gpsimd"}, execute=_tensor_copy, cost=_ts_cost, bind=_copy_bind,
          rules=COMPUTE_RULES + (same_partitions("dst", "src"), same_free_size("dst", "src")),
          categories={ELEMENTWISE})
 

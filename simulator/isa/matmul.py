@@ -4,7 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from simulator import cost_rules as cr
+from simulator.convert import F32, caster
 from simulator.isa.base import ACCUMULATE, MATMUL, f32, register, store
+from simulator.isa.fast import NoBind, reader, refresher, strict_reshape
 from simulator.rules import COMPUTE_RULES, fail, partitions
 
 MATMUL_IN_DTYPES = frozenset({"float8_e4m3", "float8_e5m2", "float8_e4m3fn", "bfloat16", "float16",
@@ -71,6 +73,43 @@ def _matmul(ins, src, dst, ctx):
     store(out, res.reshape(out.shape))
 
 
+def _matmul_bind(ins, src, dst, sc):
+    """``_matmul`` for k stacked matmuls: one np.matmul over the stack (numpy runs one BLAS GEMM per
+    matrix, with the strides and transposition flags each single matmul would pass)."""
+    st, mv, out = src["stationary"], src["moving"], dst["dst"]
+    if out.dtype != F32:
+        raise NoBind("a bf16 PSUM output")
+    k, n = st.shape[1], st.shape[0]
+    a_arr, a_ref = reader(st, sc, 0)
+    b_arr, b_ref = reader(mv, sc, 1)
+    res = sc.new((n, a_arr[0].size // k, b_arr[0].size // k), F32, 2)
+    o = strict_reshape(out, res.shape)
+    refresh = refresher(a_ref, b_ref)
+    # f32(x).reshape(k, -1) may copy (an fp32 operand with free dims that do not flatten): then it is a
+    # C-ordered copy per call, as in _matmul.
+    a_get, b_get = _flat(a_arr, k), _flat(b_arr, k)
+    accumulate = bool(ins.attrs.get("accumulate"))
+
+    def step(ctx):
+        if refresh is not None:
+            refresh()
+        np.matmul(a_get().transpose(0, 2, 1), b_get(), out=res)
+        if accumulate:
+            np.add(o, res, out=o)
+        else:
+            np.copyto(o, res)
+    return step
+
+
+def _flat(a: np.ndarray, k: int):
+    n = a.shape[0]
+    try:
+        v = strict_reshape(a, (n, k, a[0].size // k))
+        return lambda: v
+    except NoBind:
+        return lambda: np.stack([m.reshape(k, -1) for m in a])
+
+
 def _matmul_cost(ins, program, target):
     st, mv = ins.src["stationary"], ins.src["moving"]
     fp32 = program.tensor_of(st).dtype == "float32" and not ins.attrs.get("is_stationary_onezero")
@@ -81,7 +120,7 @@ def _matmul_cost(ins, program, target):
     return cr.seconds(cr.matmul_cycles(n, fp32=fp32, double_row=double), target, "tensor")
 
 
-register("nc_matmul", engines={"tensor"}, execute=_matmul, cost=_matmul_cost,
+register("nc_matmul", engines={"tensor"}, execute=_matmul, cost=_matmul_cost, bind=_matmul_bind,
          # The matmul rules first: their messages (e.g. the stationary free size) say more than the
          # generic partition limit the same mistake would also break.
          rules=(_matmul_rules,) + COMPUTE_RULES, categories={MATMUL, ACCUMULATE},
@@ -114,6 +153,18 @@ def _transpose(ins, src, dst, ctx):
     store(out, f32(data).reshape(data.shape[0], -1).T.reshape(out.shape))
 
 
+def _transpose_bind(ins, src, dst, sc):
+    """``_transpose`` on stacked operands: one conversion-copy through a transposed view."""
+    data, out = src["data"], dst["dst"]
+    n, p = data.shape[0], data.shape[1]
+    if data.dtype != F32 and out.dtype != F32 or out.dtype.kind in "iub":
+        raise NoBind("no fp32 side")
+    t = strict_reshape(data, (n, p, data[0].size // max(p, 1))).transpose(0, 2, 1)
+    o = strict_reshape(out, t.shape)
+    cast = caster(o, t)
+    return lambda ctx: cast()
+
+
 def _transpose_cost(ins, program, target):
     data, slow = ins.src["data"], cr.stride_slowdown(ins, program)
     # max(P, min(64, F)) has no fixed part: a strided operand slows all of it.
@@ -123,4 +174,5 @@ def _transpose_cost(ins, program, target):
 
 
 register("nc_transpose", engines={"tensor", "vector"}, execute=_transpose, cost=_transpose_cost,
+         bind=_transpose_bind,
          rules=COMPUTE_RULES + (_transpose_rules,), categories={MATMUL})

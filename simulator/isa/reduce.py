@@ -6,6 +6,7 @@ import numpy as np
 from simulator import cost_rules as cr
 from simulator.isa import alu
 from simulator.isa.base import REDUCE, f32, register, store
+from simulator.isa.fast import reader, writer
 from simulator.rules import COMPUTE_RULES, fail, partitions, same_partitions
 
 
@@ -41,6 +42,24 @@ def _tensor_reduce(ins, src, dst, ctx):
     store(out, r.reshape(out.shape))
 
 
+def _reduce_bind(ins, src, dst, sc):
+    data, out = src["data"], dst["dst"]
+    arr, refresh = reader(data, sc, 0)
+    axes = tuple(a + 1 for a in _axes(ins, data.ndim - 1))
+    fn, _ = alu.REDUCE_OPS[alu.reduce_name(ins.attrs["op"])]
+    negate = bool(ins.attrs.get("negate"))
+    write = writer(out)
+
+    def step(ctx):
+        if refresh is not None:
+            refresh()
+        r = np.asarray(fn(arr, axis=axes, keepdims=True), dtype=np.float32)
+        if negate:
+            r = -r
+        write(r.reshape(out.shape))
+    return step
+
+
 def _reduce_cost(ins, program, target):
     n = _n_in(ins) * cr.stride_slowdown(ins, program)
     bf16_fast = program.tensor_of(ins.src["data"]).dtype == "bfloat16" and \
@@ -48,7 +67,7 @@ def _reduce_cost(ins, program, target):
     return cr.seconds(max(cr.MIN_II_CYCLES, n / 2 if bf16_fast else n), target, "vector")
 
 
-register("tensor_reduce", engines={"vector"}, execute=_tensor_reduce, cost=_reduce_cost,
+register("tensor_reduce", engines={"vector"}, execute=_tensor_reduce, cost=_reduce_cost, bind=_reduce_bind,
          rules=COMPUTE_RULES + (same_partitions("dst", "data"), _reduce_rules), categories={REDUCE})
 
 

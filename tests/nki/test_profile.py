@@ -8,6 +8,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 from simulator.executor import Executor
+from simulator.replay import Replay
 from simulator.report import Report
 
 
@@ -32,6 +33,7 @@ def test_profile_returns_a_report_without_running_the_kernel(monkeypatch):
         raise AssertionError("profile executed the kernel")
 
     monkeypatch.setattr(Executor, "run", no_run)
+    monkeypatch.setattr(Replay, "run", no_run)
     r = nki.profile(double, np.zeros((128, 512), np.float32))
     assert isinstance(r, Report) and r.target == "trn2"
     assert r.latency_s > 0 and r.bottleneck in r.engine_active and r.mfu == 0.0

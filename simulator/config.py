@@ -1,0 +1,73 @@
+"""Configuration of the simulator, read from the environment each time it is asked (never at import), so
+tests and users just set a variable.
+
+- ``NKIHUB_SIM_ENGINE``: ``fast`` (default) runs Programs on the replay engine (``simulator.replay``);
+  ``reference`` on the instruction-by-instruction executor (``simulator.executor``). Both give the same
+  bits; the reference is the one to read and to check against.
+- ``NKIHUB_SIM_THREADS``: threads a simulation may compute on. The fast engine runs its batched plan on
+  that many threads (default 2, at most the CPU count), each with one BLAS and one torch thread; the
+  reference engine gives numpy's BLAS that many threads (default 1). ``0`` leaves every thread pool as the
+  process set it and runs on the calling thread.
+- ``NKIHUB_SIM_BATCH``: ``1`` (default) lets the fast engine execute independent, same-shaped
+  instructions as one stacked operation (from the second call of a Program on); ``0`` replays
+  instruction by instruction.
+- ``NKIHUB_SIM_REASSOCIATE``: ``1`` allows optimisations that change the order of fp32 sums (a whole
+  PSUM accumulation group as one GEMM): faster, within fp32 rounding of the reference but no longer
+  bit-identical to it. Default ``0``.
+"""
+from __future__ import annotations
+
+import os
+
+ENGINES = ("fast", "reference")
+_TRUE = {"1", "on", "yes", "true"}
+_FALSE = {"0", "off", "no", "false"}
+
+
+def engine() -> str:
+    """The engine ``nki.jit`` kernels replay on: ``fast`` or ``reference``."""
+    value = os.environ.get("NKIHUB_SIM_ENGINE", "").strip().lower() or "fast"
+    if value not in ENGINES:
+        raise ValueError(f"NKIHUB_SIM_ENGINE must be one of {', '.join(ENGINES)}, got {value!r}")
+    return value
+
+
+def sim_threads(default: int) -> int:
+    """``NKIHUB_SIM_THREADS`` (a non-negative integer), or ``default`` when unset."""
+    value = os.environ.get("NKIHUB_SIM_THREADS", "").strip()
+    if not value:
+        return default
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ValueError(f"NKIHUB_SIM_THREADS must be a non-negative integer, got {value!r}")
+    return n
+
+
+def fast_threads() -> int:
+    """Compute threads of the fast engine: ``NKIHUB_SIM_THREADS``, default min(2, CPU count); 0 means
+    the calling thread only, thread pools untouched."""
+    return sim_threads(min(2, os.cpu_count() or 1))
+
+
+def _flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"{name} must be 0 or 1, got {value!r}")
+
+
+def batching() -> bool:
+    """Whether the fast engine may batch independent same-shaped instructions (``NKIHUB_SIM_BATCH``)."""
+    return _flag("NKIHUB_SIM_BATCH", True)
+
+
+def reassociate() -> bool:
+    """Whether optimisations that change fp32 summation order are allowed (``NKIHUB_SIM_REASSOCIATE``)."""
+    return _flag("NKIHUB_SIM_REASSOCIATE", False)
