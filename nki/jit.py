@@ -16,6 +16,7 @@ from nki.tensor import NkiTensor
 from simulator.allocate import allocate
 from simulator.dtypes import dtype_name
 from simulator.errors import KernelRuleError, NkiError, SourceLoc
+from simulator import config as sim_config
 from simulator.replay import executor_for
 from simulator.program import Program
 from simulator.targets import get_target
@@ -28,18 +29,19 @@ class CompiledKernel:
     def __init__(self, program: Program, target):
         self.program = program
         self.target = target
-        self._executor = None
+        self._executors = {}
         self._lock = threading.Lock()
 
     @property
     def executor(self):
         """The engine running this Program (``NKIHUB_SIM_ENGINE``: the fast replay engine or the reference
         executor), made on first use."""
+        engine = sim_config.engine()
         with self._lock:
-            if self._executor is None:
+            if engine not in self._executors:
                 # checked: _trace ran the dataflow checks, so pooled buffers need no NaN refill.
-                self._executor = executor_for(self.program, self.target, checked=True)
-            return self._executor
+                self._executors[engine] = executor_for(self.program, self.target, checked=True)
+            return self._executors[engine]
 
 
 def _flat(bound: inspect.BoundArguments):

@@ -9,8 +9,12 @@ tests and users just set a variable.
   reference engine gives numpy's BLAS that many threads (default 1). ``0`` leaves every thread pool as the
   process set it and runs on the calling thread.
 - ``NKIHUB_SIM_BATCH``: ``1`` (default) lets the fast engine execute independent, same-shaped
-  instructions as one stacked operation (from the second call of a Program on); ``0`` replays
-  instruction by instruction.
+  instructions as one stacked operation (from the second call of a Program of some size on);
+  ``always`` batches every Program from its first call (what the bit-identity tests use); ``0``
+  replays instruction by instruction.
+- ``NKIHUB_SIM_CROSSCHECK``: ``1`` runs every fast-engine run on the reference executor too and raises
+  ``SimulationError`` unless both give the same bits (the test suite sets it for the tutorials and the
+  library kernels). Default ``0``.
 - ``NKIHUB_SIM_REASSOCIATE``: ``1`` allows optimisations that change the order of fp32 sums (a whole
   PSUM accumulation group as one GEMM): faster, within fp32 rounding of the reference but no longer
   bit-identical to it. Default ``0``.
@@ -63,9 +67,18 @@ def _flag(name: str, default: bool) -> bool:
     raise ValueError(f"{name} must be 0 or 1, got {value!r}")
 
 
-def batching() -> bool:
-    """Whether the fast engine may batch independent same-shaped instructions (``NKIHUB_SIM_BATCH``)."""
-    return _flag("NKIHUB_SIM_BATCH", True)
+def batching() -> str:
+    """How the fast engine batches independent same-shaped instructions (``NKIHUB_SIM_BATCH``):
+    ``auto``, ``always`` or ``never``."""
+    value = os.environ.get("NKIHUB_SIM_BATCH", "").strip().lower()
+    if value == "always":
+        return "always"
+    return "auto" if _flag("NKIHUB_SIM_BATCH", True) else "never"
+
+
+def crosscheck() -> bool:
+    """Whether each fast-engine run is checked against the reference executor (``NKIHUB_SIM_CROSSCHECK``)."""
+    return _flag("NKIHUB_SIM_CROSSCHECK", False)
 
 
 def reassociate() -> bool:

@@ -5,6 +5,7 @@ a stable key.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import math
@@ -112,11 +113,11 @@ class AccessPattern:
     offset: int
     dims: tuple[tuple[int, int], ...]
 
-    @property
+    @functools.cached_property
     def shape(self) -> tuple[int, ...]:
         return tuple(s for _, s in self.dims)
 
-    @property
+    @functools.cached_property
     def size(self) -> int:
         return math.prod(self.shape)
 

@@ -16,10 +16,13 @@ differently, measured on the library kernels (see docs/simulator.md):
 from __future__ import annotations
 
 import threading
+import warnings
 
 import numpy as np
 
 from simulator import config
+from simulator.batching import BARRIER, Batches, bind_batches, plan_batches
+from simulator.dataflow import NotBatchable
 from simulator.errors import NkiError, SimulationError
 from simulator.executor import Executor, blas_pinned, fill_value, strided
 from simulator.isa import ExecContext, opdef
@@ -27,6 +30,10 @@ from simulator.isa.fast import NoBind, Scratch
 from simulator.program import Program
 from simulator.targets import get_target
 from simulator.threads import run_on_lanes
+
+
+# Programs shorter than this replay unbatched: planning would cost more than it saves.
+BATCH_MIN_INSTRUCTIONS = 32
 
 
 def generic_step(execute, ins, src: dict, dst: dict):
@@ -69,15 +76,42 @@ def run_steps(steps, instructions, ctx) -> None:
         raise SimulationError(f"{ins.opcode} failed in the simulator: {exc}", loc=ins.loc) from exc
 
 
-class _Workspace:
-    """Buffers of every tensor of one Program and the steps bound to them."""
+def run_lane(program: list, barrier, ctx) -> None:
+    """Run one lane's steps; ``BARRIER`` items wait for the other lanes (a failing lane breaks the
+    barrier so the others stop too)."""
+    try:
+        for step in program:
+            if step is BARRIER:
+                barrier.wait()
+            else:
+                step(ctx)
+    except BaseException:
+        if barrier is not None:
+            barrier.abort()
+        raise
 
-    def __init__(self, rp: "Replay"):
-        self.bufs = [np.full(spec.size, fill, dtype=dt) for spec, fill, dt in
-                     zip(rp._specs, rp._fills, rp._dtypes)]
+
+class _Workspace:
+    """Buffers of every tensor of one Program and the steps bound to them (one per instruction, or one
+    per group of ``batches``)."""
+
+    def __init__(self, rp: "Replay", batches: Batches | None = None, lanes: int = 1):
+        # Batched, on-chip tiles live in renamed storage: only HBM tensors and tiles whose initial
+        # contents are read need a buffer.
+        needed = None if batches is None else \
+            {n for n in rp.program.tensors if n not in batches.dataflow.renamed} | batches.init_read
+        self.bufs = [np.full(spec.size, fill, dtype=dt) if needed is None or spec.name in needed else None
+                     for spec, fill, dt in zip(rp._specs, rp._fills, rp._dtypes)]
         self._load_constants(rp)
         self.scratch = Scratch()
-        self.steps = []
+        self.batches, self.lanes = batches, lanes
+        if batches is not None:
+            self.programs = bind_batches(batches, self.bufs, rp._index, [self.scratch] +
+                                         [Scratch() for _ in range(lanes - 1)], bind_step)
+            self.barrier = threading.Barrier(lanes) if lanes > 1 else None
+            return
+        self.lanes = 1
+        self.steps, self.where = [], rp.program.instructions
         for ins in rp.program.instructions:
             src = {r: self._view(rp, ap)[None] for r, ap in ins.src.items()}
             dst = {r: self._view(rp, ap)[None] for r, ap in ins.dst.items()}
@@ -95,7 +129,7 @@ class _Workspace:
 
     def refill(self, rp: "Replay") -> None:
         for i, buf in enumerate(self.bufs):
-            if rp._specs[i].kind != "input":
+            if buf is not None and rp._specs[i].kind != "input":
                 buf.fill(rp._fills[i])
         self._load_constants(rp)
 
@@ -116,11 +150,14 @@ class Replay:
     """Runs one Program on the fast engine. Build once, call :meth:`run` many times (thread-safe).
 
     ``checked``: the Program passed ``simulator.validate`` (no read of unwritten memory), so pooled
-    buffers need no NaN refill between runs.
+    buffers need no NaN refill between runs. ``batch``: None batches as ``NKIHUB_SIM_BATCH`` says
+    (from the second call, programs of ``BATCH_MIN_INSTRUCTIONS`` or more); True batches from the first
+    call whatever the size; False never. ``batch_note`` says what happened.
     """
 
-    def __init__(self, program: Program, target=None, *, checked: bool = False):
+    def __init__(self, program: Program, target=None, *, checked: bool = False, batch: bool | None = None):
         self.program = program
+        self.batch = batch
         self.target = get_target(target or program.meta.get("target"))
         self.checked = checked
         names = list(program.tensors)
@@ -134,12 +171,38 @@ class Replay:
             opdef(ins.opcode)   # an unknown opcode fails here, not in the middle of a run
         self._pool: list[_Workspace] = []
         self._lock = threading.Lock()
+        self._calls = 0
+        self._reference = None
+        self._batches: Batches | None | bool = None    # False: tried and not batchable
+        self.batch_note = "not tried yet"
+
+    def _batched(self) -> Batches | None:
+        """The batched schedule, planned on the second call of a Program worth batching."""
+        mode = {None: config.batching(), True: "always", False: "never"}[self.batch]
+        if mode == "never":
+            return None
+        if self._batches is None and (self._calls >= 2 or mode == "always"):
+            if mode == "auto" and len(self.program.instructions) < BATCH_MIN_INSTRUCTIONS:
+                self._batches, self.batch_note = False, "too few instructions to pay for planning"
+            else:
+                try:
+                    self._batches, self.batch_note = plan_batches(self.program), "batched"
+                except NotBatchable as exc:
+                    self._batches, self.batch_note = False, f"not batched: {exc}"
+        return self._batches or None
 
     def _take(self) -> _Workspace:
+        lanes = max(1, config.fast_threads())
         with self._lock:
-            ws = self._pool.pop() if self._pool else None
+            self._calls += 1
+            batches = self._batched()
+            ws = None
+            while self._pool and ws is None:
+                ws = self._pool.pop()
+                if ws.batches is not batches or (batches is not None and ws.lanes != lanes):
+                    ws = None       # made before batching was planned, or for other lanes: drop it
         if ws is None:
-            return _Workspace(self)
+            return _Workspace(self, batches, lanes)
         if not self.checked:
             ws.refill(self)
         return ws
@@ -150,23 +213,61 @@ class Replay:
         if len(inputs) != len(self.program.inputs):
             raise ValueError(f"{self.program.name} takes {len(self.program.inputs)} tensor inputs, got "
                              f"{len(inputs)}")
+        fresh = ctx is None
         ctx = ctx or ExecContext(self.target, echo=echo_prints)
         ws = self._take()
         try:
-            ws.load(self, inputs)
-            instructions = self.program.instructions
-            if config.fast_threads() == 0:
-                with np.errstate(all="ignore"):
-                    run_steps(ws.steps, instructions, ctx)
-            else:
-                with blas_pinned(1):
-                    run_on_lanes([lambda: run_steps(ws.steps, instructions, ctx)])
-            outs = ws.outputs(self)
-        finally:
+            outs = self._run(ws, inputs, ctx)
+        except Exception as exc:
+            if ws.batches is None:
+                raise
+            # Replay instruction by instruction: it locates a kernel error precisely, and a defect of
+            # the batched plan must not cost the user a result.
+            ws = None
             with self._lock:
-                self._pool.append(ws)
+                self._batches, self.batch_note = False, f"batched replay failed ({exc!r}); replaying unbatched"
+                self._pool.clear()
+            if not isinstance(exc, NkiError):
+                warnings.warn(f"{self.program.name}: {self.batch_note}", RuntimeWarning, stacklevel=2)
+            ctx = ExecContext(self.target, echo=echo_prints) if fresh else ctx
+            ws = self._take()
+            outs = self._run(ws, inputs, ctx)
+        finally:
+            if ws is not None:
+                with self._lock:
+                    self._pool.append(ws)
+        if config.crosscheck():
+            self._crosscheck(inputs, outs, ctx, echo_prints)
         self.last_context = ctx
         return outs
+
+    def _crosscheck(self, inputs, outs, ctx, echo_prints) -> None:
+        """Raise unless the reference executor gives the same bits (and printed lines) as this run."""
+        if self._reference is None:
+            self._reference = Executor(self.program, self.target, checked=self.checked)
+        want = self._reference.run(inputs, echo_prints=False)
+        for name, got, ref in zip(self.program.outputs, outs, want):
+            a, b = np.ascontiguousarray(got).view(np.uint8), np.ascontiguousarray(ref).view(np.uint8)
+            if a.shape != b.shape or not np.array_equal(a, b):
+                bad = int(np.count_nonzero(np.ascontiguousarray(got) != np.ascontiguousarray(ref)))
+                raise SimulationError(f"{self.program.name}: the fast engine ({self.batch_note}) differs from the "
+                                      f"reference executor in output '{name}' ({bad} elements differ)")
+        if self._reference.last_context.printed != ctx.printed:
+            raise SimulationError(f"{self.program.name}: the fast engine printed other lines than the reference")
+
+    def _run(self, ws: _Workspace, inputs, ctx) -> list[np.ndarray]:
+        ws.load(self, inputs)
+        if ws.batches is not None:
+            tasks = [lambda prog=prog: run_lane(prog, ws.barrier, ctx) for prog in ws.programs]
+        else:
+            tasks = [lambda: run_steps(ws.steps, ws.where, ctx)]
+        if config.fast_threads() == 0:
+            with np.errstate(all="ignore"):
+                tasks[0]()
+        else:
+            with blas_pinned(1):
+                run_on_lanes(tasks)
+        return ws.outputs(self)
 
 
 def executor_for(program: Program, target=None, *, checked: bool = False):

@@ -1,8 +1,28 @@
-"""Shared fixtures: a local Hub on loopback and an isolated kernels environment."""
+"""Shared fixtures: a local Hub on loopback and an isolated kernels environment; the fast simulator
+engine checked against the reference executor in the tutorial and library-kernel tests."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+_TESTS = Path(__file__).parent
+# Every kernel run in these tests is batched from its first call and checked bit for bit against the
+# reference executor (simulator.config: NKIHUB_SIM_CROSSCHECK), so a new tutorial or library kernel is
+# covered by the fast engine's bit-identity suite as soon as its test exists.
+CROSSCHECKED = (_TESTS / "kernels" / "library",)
+
+
+def _crosschecked(path: Path) -> bool:
+    return "tutorial" in path.name or any(root in path.parents for root in CROSSCHECKED)
+
+
+@pytest.fixture(autouse=True)
+def _fast_engine_crosscheck(request, monkeypatch):
+    if _crosschecked(Path(str(request.node.fspath))):
+        monkeypatch.setenv("NKIHUB_SIM_CROSSCHECK", "1")
+        monkeypatch.setenv("NKIHUB_SIM_BATCH", "always")
 
 
 @pytest.fixture
