@@ -1,26 +1,31 @@
-"""Simulator speed against torch on the CPU, measured side by side in one run.
+"""Simulator speed against torch doing the same math, measured side by side in one run.
 
-    .venv/bin/python benchmarks/bench_simulator.py [--repeat N]
+    .venv/bin/python benchmarks/bench_simulator.py [--repeat N] [--cases a,b] [--no-check] [--reference]
 
-Two kernels: a tiled bf16 matmul 1024x1024x1024 (the NKI tutorial's tiling) and a row softmax over
-(4096, 2048) fp32. Each is timed on the simulator (a replayed call: the Program is already traced) and
-as the same math in torch (torch.matmul in bf16, torch.softmax); the table prints the ratio
-simulator / torch (target: within 20x) and the replay time against the first (tracing) call. These are
-ratios on this machine in this run, not absolute figures about any other machine.
+Cases: the AWS NKI matrix-multiplication tutorial at 1024^3 bf16, neuron/vit-attn at (8, 12, 197, 64) bf16,
+neuron/flash-attn's forward at (1, 8, 2048, 128) causal bf16, and neuron/layernorm, neuron/softmax and
+neuron/gelu-mlp. Each kernel is called through ``nki.jit`` (traced once, then replayed: the first
+replays plan the batched schedule, the timed ones run it) and timed against torch on the same inputs:
+``torch-native`` in the kernel's dtype (bf16) and ``torch-fp32`` on fp32 copies of the bf16 inputs,
+the floor for a faithful simulation of bf16 inputs with fp32 accumulation. The table prints best-of-N
+times of rounds that time the three side by side, the ratios, and the simulator's instructions per
+second. ``--check`` (default) first checks the fast engine's outputs are bit-identical to the reference
+executor's; ``--reference`` also times the reference executor. Ratios are of this machine in this run.
 """
 from __future__ import annotations
 
 import argparse
-import statistics
+import math
+import os
 import time
 
-import ml_dtypes
-import numpy as np
 import torch
+import torch.nn.functional as F
 
 import nki
 import nki.isa as nisa
 import nki.language as nl
+from nki.arrays import to_numpy
 
 
 @nki.jit
@@ -45,75 +50,126 @@ def matmul_tiled(lhsT, rhs):
     return result
 
 
-@nki.jit
-def row_softmax(x):
-    """out[R, C] = softmax(x, axis=1), 128 rows per tile."""
-    R, C = x.shape
-    out = nl.ndarray((R, C), dtype=x.dtype, buffer=nl.shared_hbm)
-    P = nl.tile_size.pmax
-    for i in nl.affine_range(R // P):
-        tile = nl.load(x[i * P:(i + 1) * P, :])
-        nl.store(out[i * P:(i + 1) * P, :], nl.softmax(tile, axis=1))
-    return out
+def _randn(*shape, scale=1.0, seed=0):
+    return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale).bfloat16()
 
 
-def _best(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+def _f32(args):
+    return [a.float() if isinstance(a, torch.Tensor) else a for a in args]
 
 
-def _first_call(kernel, *args) -> float:
-    kernel._cache.clear()  # a cold start: trace, validate, allocate, run
+def cases() -> dict:
+    """name -> (kernel, args, torch native fn(*args), torch fp32 fn(*fp32 args)); bf16 throughout."""
+    from kernels.library.flash_attn.nki_kernels import flash_fwd_kernel
+    from kernels.library.gelu_mlp.nki_kernels import gelu_mlp_kernel, plan
+    from kernels.library.layernorm.nki_kernels import layer_norm_kernel
+    from kernels.library.softmax.nki_kernels import softmax_kernel
+    from kernels.library.vit_attn.nki_kernels import vit_attention_kernel
+
+    def sdpa(causal):
+        return lambda q, k, v, *_: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                  scale=1 / math.sqrt(q.shape[-1]))
+    qkv_vit = [_randn(8, 12, 197, 64, seed=s) for s in range(3)]
+    qkv_flash = [_randn(1, 8, 2048, 128, seed=s) for s in range(3)]
+    x_ln, w_ln, b_ln = _randn(2048, 1024), 1 + _randn(1024, scale=0.1, seed=1), _randn(1024, scale=0.1, seed=2)
+    x_mlp = _randn(394, 768)
+    mlp = [_randn(3072, 768, scale=0.03, seed=1), _randn(3072, scale=0.1, seed=2),
+           _randn(768, 3072, scale=0.03, seed=3), _randn(768, scale=0.1, seed=4)]
+    block, resident = plan(768, 3072, 2)
+
+    def torch_mlp(x, w1, b1, w2, b2, *_):
+        return F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
+    return {
+        "matmul-tutorial 1024^3": (matmul_tiled, [_randn(1024, 1024), _randn(1024, 1024, seed=1)],
+                                   lambda a, b: a.T @ b),
+        "vit-attn (8,12,197,64)": (vit_attention_kernel, [*qkv_vit, 1 / 8], sdpa(False)),
+        "flash-attn fwd (1,8,2048,128) causal": (flash_fwd_kernel, [*qkv_flash, True, 1 / math.sqrt(128)],
+                                                 sdpa(True)),
+        "layernorm (2048,1024)": (layer_norm_kernel, [x_ln, w_ln, b_ln, 1e-5],
+                                  lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps)),
+        "softmax (4096,2048)": (softmax_kernel, [_randn(4096, 2048, scale=3)], lambda x: torch.softmax(x, -1)),
+        "gelu-mlp (394,768,3072)": (gelu_mlp_kernel, [x_mlp, *mlp, block, resident], torch_mlp),
+    }
+
+
+def _timed(fn) -> float:
     t0 = time.perf_counter()
-    kernel(*args)
+    fn()
     return time.perf_counter() - t0
 
 
-def measure(repeat: int = 5) -> list[dict]:
-    """Rows of (case, simulator s, torch s, ratio, first-call s, replay/first ratio)."""
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((1024, 1024)).astype(ml_dtypes.bfloat16)
-    b = rng.standard_normal((1024, 1024)).astype(ml_dtypes.bfloat16)
-    ta, tb = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16), torch.from_numpy(b.view(np.int16)).view(torch.bfloat16)
-    x = rng.standard_normal((4096, 2048)).astype(np.float32)
-    tx = torch.from_numpy(x)
-    cases = [
-        ("matmul bf16 1024^3", matmul_tiled, (a, b), lambda: torch.matmul(ta.T, tb)),
-        ("softmax fp32 4096x2048", row_softmax, (x,), lambda: torch.softmax(tx, dim=1)),
-    ]
+def _same_bits(kernel, args) -> bool:
+    from simulator.executor import Executor
+    compiled = kernel.specialize(*args)
+    arrays = [to_numpy(a) for a in args if isinstance(a, torch.Tensor)]
+    got = compiled.executor.run(arrays)
+    want = Executor(compiled.program, compiled.target, checked=True).run(arrays)
+    return all(a.tobytes() == b.tobytes() for a, b in zip(got, want))
+
+
+def measure(names=None, repeat: int = 5, check: bool = True, reference: bool = False) -> list[dict]:
+    """One row per case: best-of-``repeat`` seconds of the simulator (a replayed call), torch native and
+    torch fp32, measured in rounds side by side; the Program's instruction count; bit identity."""
     rows = []
-    for name, kernel, args, ref in cases:
-        first = _first_call(kernel, *args)
-        sim = _best(lambda: kernel(*args), repeat)
-        ref()  # warm torch up too
-        tor = _best(ref, repeat)
-        rows.append({"case": name, "sim_s": sim, "torch_s": tor, "ratio": sim / tor, "first_s": first,
-                     "replay_over_first": sim / first})
+    for name, (kernel, args, native) in cases().items():
+        if names and not any(n in name for n in names):
+            continue
+        f32_args = _f32(args)
+        sim = lambda: kernel(*args)  # noqa: E731
+        first = _timed(sim)
+        for _ in range(2):    # the second call plans the batched schedule; the third runs it once
+            sim()
+        program = kernel.specialize(*args).program
+        row = {"case": name, "instructions": len(program.instructions), "first_s": first,
+               "bit_identical": _same_bits(kernel, args) if check else None}
+        timers = {"sim_s": sim, "native_s": lambda: native(*args),
+                  "fp32_s": lambda: native(*f32_args).bfloat16()}
+        if reference:
+            ref = kernel.specialize(*args)
+            from simulator.executor import Executor
+            ex = Executor(ref.program, ref.target, checked=True)
+            arrays = [to_numpy(a) for a in args if isinstance(a, torch.Tensor)]
+            timers["reference_s"] = lambda: ex.run(arrays)
+        best = {k: float("inf") for k in timers}
+        for _ in range(repeat):
+            for k, fn in timers.items():
+                best[k] = min(best[k], _timed(fn))
+        row.update(best)
+        rows.append(row)
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    """A small text table of the ratios."""
-    head = (f"{'case':<24} {'sim/torch':>10} {'replay/first':>13} {'sim ms':>8} {'torch ms':>9} "
-            f"{'first ms':>9}")
+    """The ratios as a text table."""
+    ref = any("reference_s" in r for r in rows)
+    head = (f"{'case':<38}{'instrs':>7}{'sim ms':>9}{'native ms':>10}{'fp32 ms':>9}{'sim/native':>11}"
+            f"{'sim/fp32':>9}{'Minstr/s':>9}{'bits':>6}" + (f"{'ref/sim':>9}" if ref else ""))
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['case']:<24} {r['ratio']:>9.1f}x {r['replay_over_first']:>12.2f}x "
-                     f"{r['sim_s'] * 1e3:>8.1f} {r['torch_s'] * 1e3:>9.1f} {r['first_s'] * 1e3:>9.1f}")
-    lines.append("target: sim/torch <= 20x; ms are this machine in this run (best of --repeat)")
+        bits = {True: "same", False: "DIFF", None: "-"}[r["bit_identical"]]
+        line = (f"{r['case']:<38}{r['instructions']:>7}{r['sim_s'] * 1e3:>9.1f}{r['native_s'] * 1e3:>10.1f}"
+                f"{r['fp32_s'] * 1e3:>9.1f}{r['sim_s'] / r['native_s']:>10.2f}x{r['sim_s'] / r['fp32_s']:>8.2f}x"
+                f"{r['instructions'] / r['sim_s'] / 1e6:>9.3f}{bits:>6}")
+        if ref:
+            line += f"{r['reference_s'] / r['sim_s']:>8.1f}x"
+        lines.append(line)
+    lines.append("sim: a replayed call on the fast engine; native: torch in bf16; fp32: torch on fp32 copies of "
+                 "the bf16 inputs; best of --repeat rounds, this machine in this run")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--cases", default="", help="comma-separated substrings of case names")
+    parser.add_argument("--no-check", action="store_true", help="skip the bit-identity check")
+    parser.add_argument("--reference", action="store_true", help="also time the reference executor")
     args = parser.parse_args()
-    print(f"torch threads: {torch.get_num_threads()}")
-    print(table(measure(args.repeat)))
+    from simulator import config
+    print(f"cores: {os.cpu_count()}, torch threads: {torch.get_num_threads()}, simulator threads: "
+          f"{config.fast_threads()}, engine: {config.engine()}")
+    names = [n for n in args.cases.split(",") if n]
+    print(table(measure(names, args.repeat, not args.no_check, args.reference)))
 
 
 if __name__ == "__main__":

@@ -117,13 +117,6 @@ def debug() -> bool:
 
 def sim_threads() -> int:
     """Threads allowed to BLAS while a simulated kernel runs inside a torch op (0: don't pin)."""
-    value = os.environ.get("NKIHUB_SIM_THREADS", "").strip()
-    if not value:
-        return 1
-    try:
-        n = int(value)
-    except ValueError:
-        raise ValueError(f"NKIHUB_SIM_THREADS must be a non-negative integer, got {value!r}") from None
-    if n < 0:
-        raise ValueError(f"NKIHUB_SIM_THREADS must be a non-negative integer, got {value!r}")
-    return n
+    from simulator import config as sim_config
+
+    return sim_config.sim_threads(1)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator.dataflow import Dataflow, NotBatchable, ReadPlan
+from simulator.dataflow import Dataflow, NotBatchable, ReadPlan, storage_span
 from simulator.isa import opdef
 from simulator.isa.fast import Scratch
 
@@ -52,10 +52,11 @@ class Batches:
 
 def _signature(ins, program, level: int, renamed: set):
     """What members of one group share: level, opcode, engine, attributes, and per operand its shape,
-    dtype, kind (renamed or in HBM) and free strides."""
+    dtype, kind (renamed or in HBM), free strides and storage span (so the group's writes share one
+    storage layout)."""
     def ops(aps):
         return tuple((r, ap.shape, program.tensors[ap.tensor].dtype, ap.tensor in renamed,
-                      tuple(s for s, _ in ap.dims[1:])) for r, ap in sorted(aps.items()))
+                      tuple(s for s, _ in ap.dims[1:]), storage_span(ap)) for r, ap in sorted(aps.items()))
     return (level, ins.opcode, ins.engine, json.dumps(ins.attrs, sort_keys=True, default=str),
             ops(ins.src), ops(ins.dst))
 
@@ -221,7 +222,7 @@ class _Stack:
 
 def _mirror(k: int, ap, dtype, scratch: Scratch, key) -> np.ndarray:
     """A [k, *ap.shape] work array with ap's free strides and packed partitions."""
-    span = 1 + sum(s * (n - 1) for s, n in ap.dims[1:])
+    span = storage_span(ap)
     parts = ap.dims[0][1] if ap.dims else 1
     buf = scratch.new((max(1, k * parts * span),), dtype, key)
     return _Stack.view(buf, 0, (k, *ap.shape), (parts * span, span, *(s for s, _ in ap.dims[1:])))

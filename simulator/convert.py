@@ -56,12 +56,21 @@ def _fix_nans(dst: np.ndarray, src: np.ndarray) -> None:
         bits[nan] = np.where(neg[nan], np.uint16(0xFFC0), np.uint16(0x7FC0))
 
 
+def _order(a: np.ndarray) -> tuple:
+    """Axes of ``a`` from the largest stride to the smallest (axes of size 1 left out)."""
+    axes = [d for d in range(a.ndim) if a.shape[d] > 1]
+    return tuple(sorted(axes, key=lambda d: -abs(a.strides[d])))
+
+
 def caster(dst: np.ndarray, src: np.ndarray):
     """``cast() `` doing ``dst[...] = src.astype(dst.dtype)`` bit for bit, for arrays fixed in memory (the
     torch views are made once here). Float destinations only; integer destinations need the engines'
     saturating rounding (``simulator.isa.base.store``)."""
+    # torch is the faster cast when both sides walk memory in the same order; for a transposing copy
+    # numpy's strided loop is (0.4 against 0.6 ns per element measured).
     if dst.size >= TORCH_MIN_ELEMS and ((dst.dtype == BF16 and src.dtype == F32) or
-                                        (dst.dtype == F32 and src.dtype == BF16)):
+                                        (dst.dtype == F32 and src.dtype == BF16)) and \
+            (src.shape != dst.shape or _order(src) == _order(dst)):
         td, ts = torch_view(dst), torch_view(src)
         if td is not None and ts is not None:
             if dst.dtype == F32:

@@ -32,7 +32,7 @@ class NotBatchable(Exception):
 @dataclass(frozen=True)
 class Event:
     """The value one instruction wrote through one destination role: ``parts`` partitions of ``span``
-    storage elements (free strides as in the access pattern). The event covers tensor partitions
+    storage elements (``storage_span``; free strides as in the access pattern). The event covers tensor partitions
     ``row0 + p * row_step`` from column ``col0``. ``tensor`` is set for the initial contents of a
     tensor, whose storage is the tensor's own buffer (original layout)."""
 
@@ -72,6 +72,17 @@ class ReadPlan:
 
 def _free_span(ap: AccessPattern) -> int:
     return 1 + sum(s * (n - 1) for s, n in ap.dims[1:])
+
+
+def storage_span(ap: AccessPattern) -> int:
+    """Elements per partition of renamed storage for ``ap``: its free span, plus one where ``ap``'s
+    partitions are not back to back. numpy and BLAS choose kernels (with other summation orders) by
+    whether a matrix is contiguous and a vector's stride is 1, not by the stride's value, so keeping
+    those two properties keeps their results."""
+    span = _free_span(ap)
+    if ap.dims and ap.dims[0][1] > 1 and ap.dims[0][0] != span:
+        return span + 1
+    return span
 
 
 def _distinct(ap: AccessPattern) -> bool:
@@ -261,9 +272,9 @@ class Dataflow:
         width = self.program.tensors[ap.tensor].free_size
         row0, col0 = divmod(ap.offset, width)
         rows, rem = divmod(ap.dims[0][0], width)
-        span = _free_span(ap)
-        if ap.dims[0][1] > 1 and (rem or rows <= 0 or col0 + span > width):
+        if ap.dims[0][1] > 1 and (rem or rows <= 0 or col0 + _free_span(ap) > width):
             raise NotBatchable(f"{ins.opcode} writes '{ap.tensor}' with a partition step that is not whole rows")
+        span = storage_span(ap)
         e = len(self.events)
         self.events.append(Event(i, role, level, ap.shape[0], span, row0, max(rows, 1), col0))
         if ap.size:

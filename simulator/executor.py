@@ -84,6 +84,21 @@ def fill_value(dtype: np.dtype):
     return ml_dtypes.finfo(dtype).max
 
 
+def check_inputs(program: Program, inputs) -> None:
+    """ValueError unless ``inputs`` holds one array per tensor input of ``program``."""
+    if len(inputs) != len(program.inputs):
+        raise ValueError(f"{program.name} takes {len(program.inputs)} tensor inputs, got {len(inputs)}")
+
+
+def input_array(spec, value) -> np.ndarray:
+    """``value`` as an array of input ``spec``'s shape (ValueError naming the input otherwise)."""
+    arr = np.asarray(value)
+    if tuple(arr.shape) != tuple(spec.shape):
+        raise ValueError(f"input '{spec.name}' has shape {tuple(arr.shape)}, the program was "
+                         f"compiled for {tuple(spec.shape)}")
+    return arr
+
+
 def strided(buf: np.ndarray, offset: int, shape, strides, writeable: bool = True) -> np.ndarray:
     """A strided view of a flat buffer. Built on an unsigned integer view and cast back, because
     ``as_strided`` goes through ``__array_interface__``, which loses some ml_dtypes (float8_e5m2 reads
@@ -118,6 +133,24 @@ class _Workspace:
                 buf.fill(ex._fills[i])
 
 
+def engine_tables(engine, program: Program, target, checked: bool) -> None:
+    """What both engines (this one and ``simulator.replay.Replay``) set up for a Program: its tensors in
+    order with their numpy dtypes and fill values, the indices of inputs and outputs, and of aliases
+    (dtype reinterpretations, which view their root's buffer) to their roots."""
+    engine.program = program
+    engine.target = get_target(target or program.meta.get("target"))
+    engine.checked = checked
+    names = list(program.tensors)
+    engine._index = {n: i for i, n in enumerate(names)}
+    engine._specs = [program.tensors[n] for n in names]
+    engine._dtypes = [s.np_dtype for s in engine._specs]
+    engine._fills = [fill_value(dt) for dt in engine._dtypes]
+    engine._inputs = [engine._index[n] for n in program.inputs]
+    engine._outputs = [engine._index[n] for n in program.outputs]
+    engine._aliases = {i: engine._index[program.root(s.name).name] for i, s in enumerate(engine._specs)
+                       if s.alias_of is not None}
+
+
 class Executor:
     """Runs one Program. Build once, call :meth:`run` many times (thread-safe).
 
@@ -126,18 +159,7 @@ class Executor:
     """
 
     def __init__(self, program: Program, target=None, *, checked: bool = False):
-        self.program = program
-        self.target = get_target(target or program.meta.get("target"))
-        self.checked = checked
-        names = list(program.tensors)
-        self._index = {n: i for i, n in enumerate(names)}
-        self._specs = [program.tensors[n] for n in names]
-        self._dtypes = [s.np_dtype for s in self._specs]
-        self._fills = [fill_value(dt) for dt in self._dtypes]
-        self._outputs = [self._index[n] for n in program.outputs]
-        # Aliases (dtype reinterpretations) view their root's buffer: index -> root index.
-        self._aliases = {i: self._index[program.root(s.name).name] for i, s in enumerate(self._specs)
-                         if s.alias_of is not None}
+        engine_tables(self, program, target, checked)
         self._internal = [i for i, s in enumerate(self._specs)
                           if s.kind not in ("input", "constant") and i not in self._outputs
                           and i not in self._aliases]
@@ -172,10 +194,7 @@ class Executor:
         by_name = dict(zip(self.program.inputs, inputs))
         for i, (spec, dt) in enumerate(zip(self._specs, self._dtypes)):
             if spec.kind == "input":
-                arr = np.asarray(by_name[spec.name])
-                if tuple(arr.shape) != tuple(spec.shape):
-                    raise ValueError(f"input '{spec.name}' has shape {tuple(arr.shape)}, the program was "
-                                     f"compiled for {tuple(spec.shape)}")
+                arr = input_array(spec, by_name[spec.name])
                 flat = np.ascontiguousarray(arr, dtype=dt).reshape(-1)
                 bufs[i] = flat.copy() if self._copy_inputs else flat
             elif spec.kind == "constant":
@@ -198,9 +217,7 @@ class Executor:
     def run(self, inputs, *, echo_prints: bool = True, ctx: ExecContext | None = None) -> list[np.ndarray]:
         """Run with ``inputs`` (arrays in the Program's input order); return the outputs as numpy arrays
         of their declared shapes and dtypes."""
-        if len(inputs) != len(self.program.inputs):
-            raise ValueError(f"{self.program.name} takes {len(self.program.inputs)} tensor inputs, got "
-                             f"{len(inputs)}")
+        check_inputs(self.program, inputs)
         ctx = ctx or ExecContext(self.target, echo=echo_prints)
         outer = self._outer_buffers(inputs)
         ws = self._take()

@@ -24,11 +24,11 @@ from simulator import config
 from simulator.batching import BARRIER, Batches, bind_batches, plan_batches
 from simulator.dataflow import NotBatchable
 from simulator.errors import NkiError, SimulationError
-from simulator.executor import Executor, blas_pinned, fill_value, strided
+from simulator import executor
+from simulator.executor import Executor, check_inputs, engine_tables, input_array, strided
 from simulator.isa import ExecContext, opdef
 from simulator.isa.fast import NoBind, Scratch
 from simulator.program import Program
-from simulator.targets import get_target
 from simulator.threads import run_on_lanes
 
 
@@ -100,8 +100,10 @@ class _Workspace:
         # contents are read need a buffer.
         needed = None if batches is None else \
             {n for n in rp.program.tensors if n not in batches.dataflow.renamed} | batches.init_read
-        self.bufs = [np.full(spec.size, fill, dtype=dt) if needed is None or spec.name in needed else None
-                     for spec, fill, dt in zip(rp._specs, rp._fills, rp._dtypes)]
+        self.bufs = [np.full(spec.size, fill, dtype=dt) if (needed is None or spec.name in needed)
+                     and spec.alias_of is None else None for spec, fill, dt in zip(rp._specs, rp._fills, rp._dtypes)]
+        for i, root in rp._aliases.items():     # dtype reinterpretations see their root's bytes
+            self.bufs[i] = self.bufs[root].view(rp._dtypes[i])
         self._load_constants(rp)
         self.scratch = Scratch()
         self.batches, self.lanes = batches, lanes
@@ -129,17 +131,14 @@ class _Workspace:
 
     def refill(self, rp: "Replay") -> None:
         for i, buf in enumerate(self.bufs):
-            if buf is not None and rp._specs[i].kind != "input":
+            if buf is not None and rp._specs[i].kind != "input" and i not in rp._aliases:
                 buf.fill(rp._fills[i])
         self._load_constants(rp)
 
     def load(self, rp: "Replay", inputs) -> None:
         for i, arr in zip(rp._inputs, inputs):
             spec = rp._specs[i]
-            arr = np.asarray(arr)
-            if tuple(arr.shape) != tuple(spec.shape):
-                raise ValueError(f"input '{spec.name}' has shape {tuple(arr.shape)}, the program was "
-                                 f"compiled for {tuple(spec.shape)}")
+            arr = input_array(spec, arr)
             np.copyto(self.bufs[i].reshape(spec.shape), arr, casting="unsafe")
 
     def outputs(self, rp: "Replay") -> list[np.ndarray]:
@@ -156,17 +155,8 @@ class Replay:
     """
 
     def __init__(self, program: Program, target=None, *, checked: bool = False, batch: bool | None = None):
-        self.program = program
+        engine_tables(self, program, target, checked)
         self.batch = batch
-        self.target = get_target(target or program.meta.get("target"))
-        self.checked = checked
-        names = list(program.tensors)
-        self._index = {n: i for i, n in enumerate(names)}
-        self._specs = [program.tensors[n] for n in names]
-        self._dtypes = [s.np_dtype for s in self._specs]
-        self._fills = [fill_value(dt) for dt in self._dtypes]
-        self._inputs = [self._index[n] for n in program.inputs]
-        self._outputs = [self._index[n] for n in program.outputs]
         for ins in program.instructions:
             opdef(ins.opcode)   # an unknown opcode fails here, not in the middle of a run
         self._pool: list[_Workspace] = []
@@ -196,23 +186,17 @@ class Replay:
         with self._lock:
             self._calls += 1
             batches = self._batched()
-            ws = None
-            while self._pool and ws is None:
-                ws = self._pool.pop()
-                if ws.batches is not batches or (batches is not None and ws.lanes != lanes):
-                    ws = None       # made before batching was planned, or for other lanes: drop it
-        if ws is None:
-            return _Workspace(self, batches, lanes)
-        if not self.checked:
+            # workspaces made before batching was planned, or for another number of lanes, are dropped
+            fitting = [w for w in self._pool if w.batches is batches and (batches is None or w.lanes == lanes)]
+            ws, self._pool = (fitting[-1], fitting[:-1]) if fitting else (None, [])
+        if ws is not None and not self.checked:
             ws.refill(self)
-        return ws
+        return ws or _Workspace(self, batches, lanes)
 
     def run(self, inputs, *, echo_prints: bool = True, ctx: ExecContext | None = None) -> list[np.ndarray]:
         """Run with ``inputs`` (arrays in the Program's input order); return the outputs as numpy arrays
         of their declared shapes and dtypes."""
-        if len(inputs) != len(self.program.inputs):
-            raise ValueError(f"{self.program.name} takes {len(self.program.inputs)} tensor inputs, got "
-                             f"{len(inputs)}")
+        check_inputs(self.program, inputs)
         fresh = ctx is None
         ctx = ctx or ExecContext(self.target, echo=echo_prints)
         ws = self._take()
@@ -222,16 +206,15 @@ class Replay:
             if ws.batches is None:
                 raise
             # Replay instruction by instruction: it locates a kernel error precisely, and a defect of
-            # the batched plan must not cost the user a result.
+            # the batched plan must not cost the user a result (then it is reported as a warning).
             ws = None
             with self._lock:
                 self._batches, self.batch_note = False, f"batched replay failed ({exc!r}); replaying unbatched"
                 self._pool.clear()
-            if not isinstance(exc, NkiError):
-                warnings.warn(f"{self.program.name}: {self.batch_note}", RuntimeWarning, stacklevel=2)
             ctx = ExecContext(self.target, echo=echo_prints) if fresh else ctx
             ws = self._take()
             outs = self._run(ws, inputs, ctx)
+            warnings.warn(f"{self.program.name}: {self.batch_note}", RuntimeWarning, stacklevel=2)
         finally:
             if ws is not None:
                 with self._lock:
@@ -261,11 +244,11 @@ class Replay:
             tasks = [lambda prog=prog: run_lane(prog, ws.barrier, ctx) for prog in ws.programs]
         else:
             tasks = [lambda: run_steps(ws.steps, ws.where, ctx)]
-        if config.fast_threads() == 0:
-            with np.errstate(all="ignore"):
+        if config.fast_threads() == 0:     # the calling thread, thread pools as they are
+            with executor.blas_pinned(0), np.errstate(all="ignore"):
                 tasks[0]()
         else:
-            with blas_pinned(1):
+            with executor.blas_pinned(1):
                 run_on_lanes(tasks)
         return ws.outputs(self)
 

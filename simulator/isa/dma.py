@@ -6,7 +6,7 @@ import numpy as np
 from simulator import cost_rules as cr
 from simulator.convert import F32, caster
 from simulator.isa.base import DMA, f32, register, store
-from simulator.isa.fast import fitted, reader, view_as, writer
+from simulator.isa.fast import fitted, reader, understands, view_as, writer
 from simulator.rules import fail, partitions
 
 
@@ -55,6 +55,7 @@ def copy_step(s: np.ndarray, out: np.ndarray, sc):
 
 
 def _dma_bind(ins, src, dst, sc):
+    understands(ins, "dge_mode")
     return copy_step(src["src"], dst["dst"], sc)
 
 

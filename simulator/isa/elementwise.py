@@ -11,7 +11,7 @@ from simulator import cost_rules as cr
 from simulator.dtypes import as_dtype
 from simulator.isa import alu
 from simulator.isa.base import ELEMENTWISE, GENERATE, f32, fit, reduce_res_read, register, store
-from simulator.isa.fast import NoBind, column, fitted, reader, refresher, strict_reshape, writer
+from simulator.isa.fast import NoBind, column, fitted, reader, refresher, understands, writer
 from simulator.rules import COMPUTE_RULES, fail, partitions, same_free_size, same_partitions
 
 
@@ -112,6 +112,7 @@ def _tensor_tensor(ins, src, dst, ctx):
 
 
 def _tt_bind(ins, src, dst, sc):
+    understands(ins, "op")
     out = dst["dst"]
     a_arr, a_ref = reader(src["data1"], sc, 0)
     b_arr, b_ref = reader(src["data2"], sc, 1)
@@ -153,6 +154,7 @@ def _tensor_scalar(ins, src, dst, ctx):
 
 
 def _ts_bind(ins, src, dst, sc):
+    understands(ins, "op0", "reverse0", "operand0", "op1", "reverse1", "operand1")
     out = dst["dst"]
     x_arr, x_ref = reader(src["data"], sc, 0)
     x = fitted(x_arr, out.shape)
@@ -206,6 +208,7 @@ def _activation(ins, src, dst, ctx):
 
 
 def _act_bind(ins, src, dst, sc):
+    understands(ins, "op", "bias", "scale", "reduce_op", "reduce_cmd")
     out = dst["dst"]
     x_arr, x_ref = reader(src["data"], sc, 0)
     x = fitted(x_arr, out.shape)
@@ -222,11 +225,18 @@ def _act_bind(ins, src, dst, sc):
     write = writer(out)
     fold = reduce_into_step(ins, src, dst, sc, 4)
 
+    # x * 1.0 + bias is (x + bias) bit for bit, NaN payloads included (the add quiets a signalling NaN
+    # as the multiply would): skip the multiply.
+    unit = not isinstance(scale, np.ndarray) and scale == np.float32(1.0)
+
     def step(ctx):
         if refresh is not None:
             refresh()
-        np.multiply(x(), scale, out=t)
-        np.add(t, bias, out=t)
+        if unit:
+            np.add(x(), bias, out=t)
+        else:
+            np.multiply(x(), scale, out=t)
+            np.add(t, bias, out=t)
         y = np.asarray(fn(t), dtype=np.float32)
         write(y)
         if fold is not None:
@@ -265,6 +275,7 @@ def _tensor_copy(ins, src, dst, ctx):
 
 
 def _copy_bind(ins, src, dst, sc):
+    understands(ins)
     from simulator.isa.dma import copy_step
     return copy_step(src["src"], dst["dst"], sc)
 

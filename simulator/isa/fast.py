@@ -22,6 +22,14 @@ class NoBind(Exception):
     """Raised by a bind for a case it does not compile: the engine runs the row's ``execute`` instead."""
 
 
+def understands(ins, *names) -> None:
+    """Raise NoBind when ``ins`` carries an attribute outside ``names``: a row's ``execute`` may learn
+    a new attribute before its bind does, and then the execute must run."""
+    extra = set(ins.attrs) - set(names)
+    if extra:
+        raise NoBind(f"attributes the bind does not know: {sorted(extra)}")
+
+
 def strict_reshape(a: np.ndarray, shape) -> np.ndarray:
     """A view of ``a`` with ``shape``; raises NoBind where numpy would have to copy."""
     r = a.view()
@@ -40,12 +48,15 @@ class Scratch:
         self._arrays: dict = {}
 
     def like(self, a: np.ndarray, dtype=F32, slot: int = 0) -> np.ndarray:
-        """An array of ``a``'s shape and axis order (as ``a.astype(dtype)`` would lay it out)."""
-        order = tuple(np.argsort([-abs(s) for s in a.strides], kind="stable")) if a.ndim > 1 else ()
-        key = (a.shape, order, np.dtype(dtype), slot)
+        """An array of stacked ``a``'s shape whose every member ``[j]`` is laid out as
+        ``a[j].astype(dtype)`` lays it out (numpy's "K" order of the member; the batch axis outermost)."""
+        member = np.empty_like(a[0], dtype=dtype)
+        key = (a.shape, member.strides, np.dtype(dtype), slot)
         arr = self._arrays.get(key)
         if arr is None:
-            arr = self._arrays[key] = np.empty_like(a, dtype=dtype)
+            flat = np.empty(max(1, a.shape[0] * member.size), dtype)
+            arr = self._arrays[key] = np.ndarray(a.shape, dtype, flat, 0,
+                                                 (member.size * member.itemsize, *member.strides))
         return arr
 
     def new(self, shape, dtype=F32, slot: int = 0) -> np.ndarray:

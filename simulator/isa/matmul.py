@@ -6,7 +6,7 @@ import numpy as np
 from simulator import cost_rules as cr
 from simulator.convert import F32, caster
 from simulator.isa.base import ACCUMULATE, MATMUL, f32, register, store
-from simulator.isa.fast import NoBind, reader, refresher, strict_reshape
+from simulator.isa.fast import NoBind, reader, refresher, strict_reshape, understands
 from simulator.rules import COMPUTE_RULES, fail, partitions
 
 MATMUL_IN_DTYPES = frozenset({"float8_e4m3", "float8_e5m2", "float8_e4m3fn", "bfloat16", "float16",
@@ -73,9 +73,15 @@ def _matmul(ins, src, dst, ctx):
     store(out, res.reshape(out.shape))
 
 
+# Attributes of nc_matmul; the numerics depend on ``accumulate`` only (the rest is placement and cost).
+MATMUL_ATTRS = ("accumulate", "is_stationary_onezero", "is_moving_onezero", "is_transpose", "perf_mode",
+                "tile_position", "tile_size")
+
+
 def _matmul_bind(ins, src, dst, sc):
     """``_matmul`` for k stacked matmuls: one np.matmul over the stack (numpy runs one BLAS GEMM per
     matrix, with the strides and transposition flags each single matmul would pass)."""
+    understands(ins, *MATMUL_ATTRS)
     st, mv, out = src["stationary"], src["moving"], dst["dst"]
     if out.dtype != F32:
         raise NoBind("a bf16 PSUM output")
@@ -155,6 +161,7 @@ def _transpose(ins, src, dst, ctx):
 
 def _transpose_bind(ins, src, dst, sc):
     """``_transpose`` on stacked operands: one conversion-copy through a transposed view."""
+    understands(ins)
     data, out = src["data"], dst["dst"]
     n, p = data.shape[0], data.shape[1]
     if data.dtype != F32 and out.dtype != F32 or out.dtype.kind in "iub":

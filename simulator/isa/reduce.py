@@ -6,7 +6,7 @@ import numpy as np
 from simulator import cost_rules as cr
 from simulator.isa import alu
 from simulator.isa.base import REDUCE, f32, register, store
-from simulator.isa.fast import reader, writer
+from simulator.isa.fast import reader, understands, writer
 from simulator.rules import COMPUTE_RULES, fail, partitions, same_partitions
 
 
@@ -43,6 +43,7 @@ def _tensor_reduce(ins, src, dst, ctx):
 
 
 def _reduce_bind(ins, src, dst, sc):
+    understands(ins, "op", "axis", "negate", "keepdims")
     data, out = src["data"], dst["dst"]
     arr, refresh = reader(data, sc, 0)
     axes = tuple(a + 1 for a in _axes(ins, data.ndim - 1))

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from simulator.dtypes import as_dtype, dtype_name
 from simulator.executor import Executor
 from simulator.replay import Replay
+from batch_copies import staged_copies
 from simulator.isa import OPS, alu, opdef
 from simulator.program import AccessPattern, Instruction, Program, TensorSpec
 from simulator.targets import get_target
@@ -64,32 +65,21 @@ def run_op(opcode, engine, dst, src, attrs=None, *, target="trn2", init=None):
     for got, want in zip(fast.run(inputs, echo_prints=False), outs):
         assert_bits(got, want)
     assert fast.last_context.printed == ex.last_context.printed
-    rep, rep_inputs = replicated(prog, inputs, BATCH_COPIES)
-    batched = Replay(rep, target, batch=True)
-    for got, want in zip(batched.run(rep_inputs, echo_prints=False), Executor(rep, target).run(rep_inputs, echo_prints=False)):
-        assert_bits(got, want)
-    if opdef(opcode).bind is not None:
-        assert any(len(g.members) == BATCH_COPIES for g in batched._batches.groups), batched.batch_note
+    # ... and stacked: three copies in renamed on-chip storage (rows back to back, then with gaps) as
+    # one batched step.
+    for col0, gap in ((0, 0), (1, 3)):
+        rep, rep_inputs = staged_copies(prog, inputs, BATCH_COPIES, col0, gap)
+        batched = Replay(rep, target, batch=True)
+        for got, want in zip(batched.run(rep_inputs, echo_prints=False),
+                             Executor(rep, target).run(rep_inputs, echo_prints=False)):
+            assert_bits(got, want)
+        if opdef(opcode).bind is not None:
+            assert any(len(g.members) == BATCH_COPIES and rep.instructions[g.members[0]].opcode == opcode
+                       for g in batched._batches.groups), batched.batch_note
     return dict(zip(dst, outs)), ex.last_context
 
 
 BATCH_COPIES = 3
-
-
-def replicated(prog: Program, inputs: list, k: int):
-    """``k`` copies of a one-instruction Program side by side: every tensor gets a leading axis of k
-    (copy j of a tensor is its j-th slice), so the copies form one batch of the fast engine."""
-    rep = Program(prog.name + f"_x{k}")
-    for spec in prog.tensors.values():
-        rep.add_tensor(TensorSpec(spec.name, (k, *spec.shape), spec.dtype, spec.buffer, spec.kind))
-    rep.inputs, rep.outputs = list(prog.inputs), list(prog.outputs)
-    (ins,) = prog.instructions
-    for j in range(k):
-        def moved(aps):
-            return {r: AccessPattern(ap.tensor, ap.offset + j * prog.tensors[ap.tensor].size, ap.dims)
-                    for r, ap in aps.items()}
-        rep.instructions.append(Instruction(ins.opcode, ins.engine, moved(ins.dst), moved(ins.src), ins.attrs))
-    return rep, [np.broadcast_to(np.asarray(a), (k, *np.shape(a))) for a in inputs]
 
 
 def assert_bits(got, want):

@@ -1,0 +1,195 @@
+"""The fast engine (simulator.replay): the reference executor's bits with and without batching, on any
+number of threads, its settings, its fallbacks and its cross-check."""
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+from simulator.batching import plan_batches
+from simulator.errors import SimulationError
+from simulator.executor import Executor
+from simulator.isa import OPS
+from simulator.program import AccessPattern, Instruction, Program, TensorSpec
+from simulator.replay import BATCH_MIN_INSTRUCTIONS, Replay, executor_for
+from simulator.threads import run_on_lanes
+
+P, F = 128, 64
+
+
+@nki.jit
+def ring_kernel(x, scale):
+    """Per 128-row tile: load into a 2-slot SBUF ring, exp(scale * x) into a second ring, row sums into
+    a third, store. Slot reuse orders the tiles on the machine; renamed, they are independent."""
+    n = x.shape[0] // P
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    sums = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    ring = nl.ndarray((P, 2, F), dtype=x.dtype, buffer=nl.sbuf)
+    res = nl.ndarray((P, 2, F), dtype=x.dtype, buffer=nl.sbuf)
+    acc = nl.ndarray((P, 2, 1), dtype=nl.float32, buffer=nl.sbuf)
+    for i in range(n):
+        rows = slice(i * P, (i + 1) * P)
+        nisa.dma_copy(dst=ring[:, i % 2, :], src=x[rows, :])
+        nisa.activation(dst=res[:, i % 2, :], op=nl.exp, data=ring[:, i % 2, :], scale=scale,
+                        reduce_op=nl.add, reduce_res=acc[:, i % 2, :])
+        nisa.dma_copy(dst=out[rows, :], src=res[:, i % 2, :])
+        nisa.dma_copy(dst=sums[rows, :], src=acc[:, i % 2, :])
+    return out, sums
+
+
+def _x(tiles=6, dtype=ml_dtypes.bfloat16, seed=0):
+    return np.random.default_rng(seed).standard_normal((tiles * P, F)).astype(np.float32).astype(dtype)
+
+
+def _bits_equal(got, want):
+    return all(np.array_equal(np.ascontiguousarray(a).view(np.uint8), np.ascontiguousarray(b).view(np.uint8))
+               for a, b in zip(got, want))
+
+
+def _compiled(x, scale=0.5):
+    ck = ring_kernel.specialize(x, scale)
+    return ck.program, ck.target
+
+
+def test_engine_setting(monkeypatch):
+    prog, target = _compiled(_x(2))
+    monkeypatch.delenv("NKIHUB_SIM_ENGINE", raising=False)
+    assert isinstance(executor_for(prog, target), Replay)
+    monkeypatch.setenv("NKIHUB_SIM_ENGINE", "reference")
+    assert isinstance(executor_for(prog, target), Executor)
+    monkeypatch.setenv("NKIHUB_SIM_ENGINE", "quick")
+    with pytest.raises(ValueError, match="NKIHUB_SIM_ENGINE"):
+        executor_for(prog, target)
+
+
+def test_ring_slots_are_renamed_so_the_tiles_form_one_batch():
+    x = _x(6)
+    prog, target = _compiled(x)
+    groups = plan_batches(prog).groups
+    assert any(len(g.members) == 6 and prog.instructions[g.members[0]].opcode == "activation" for g in groups)
+    assert len(groups) < len(prog.instructions) // 3
+    want = Executor(prog, target).run([x])
+    assert _bits_equal(Replay(prog, target, batch=True).run([x]), want)
+
+
+@pytest.mark.parametrize("threads", ["0", "1", "2"])
+def test_every_thread_setting_gives_the_reference_bits(monkeypatch, threads):
+    monkeypatch.setenv("NKIHUB_SIM_THREADS", threads)
+    x = _x(8, np.float32, 3)
+    prog, target = _compiled(x, 1.5)
+    want = Executor(prog, target).run([x])
+    for batch in (False, True):
+        fast = Replay(prog, target, batch=batch)
+        assert _bits_equal(fast.run([x]), want) and _bits_equal(fast.run([x]), want)
+
+
+def test_batching_starts_on_the_second_call_of_a_program_worth_it(monkeypatch):
+    monkeypatch.delenv("NKIHUB_SIM_BATCH", raising=False)
+    big, small = _x(BATCH_MIN_INSTRUCTIONS // 4 + 1), _x(2)
+    for x, expect in ((big, "batched"), (small, "too few instructions")):
+        rp = Replay(*_compiled(x))
+        rp.run([x])
+        assert rp.batch_note == "not tried yet"
+        rp.run([x])
+        assert rp.batch_note.startswith(expect)
+    monkeypatch.setenv("NKIHUB_SIM_BATCH", "0")
+    rp = Replay(*_compiled(big))
+    rp.run([big]), rp.run([big])
+    assert rp.batch_note == "not tried yet"
+    monkeypatch.setenv("NKIHUB_SIM_BATCH", "always")
+    rp = Replay(*_compiled(small))
+    rp.run([small])
+    assert rp.batch_note == "batched"
+
+
+def test_concurrent_runs_from_python_threads():
+    xs = [_x(4, np.float32, s) for s in range(6)]
+    prog, target = _compiled(xs[0])
+    want = [Executor(prog, target).run([x]) for x in xs]
+    fast, errors = Replay(prog, target, batch=True), []
+
+    def work(i):
+        for _ in range(3):
+            if not _bits_equal(fast.run([xs[i]]), want[i]):
+                errors.append(i)
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def _failing_program() -> Program:
+    """An unchecked Program whose second DMA moves 6 elements into 8 (a defect only a run finds)."""
+    p = Program("bad")
+    for t in (TensorSpec("x", (2, 4), "float32", "hbm", "input"), TensorSpec("t", (2, 4), "float32", "sbuf"),
+              TensorSpec("o", (2, 4), "float32", "hbm", "output")):
+        p.add_tensor(t)
+    p.inputs, p.outputs = ["x"], ["o"]
+    whole = AccessPattern.row_major
+    p.instructions = [Instruction("dma_copy", "dma", {"dst": whole("t", (2, 4))}, {"src": whole("x", (2, 4))}),
+                      Instruction("dma_copy", "dma", {"dst": whole("o", (2, 4))}, {"src": whole("t", (2, 3))})]
+    return p
+
+
+def test_a_failing_batched_run_is_replayed_unbatched_to_locate_the_error():
+    rp = Replay(_failing_program(), batch=True)
+    with pytest.raises(SimulationError, match="dma_copy failed in the simulator"):
+        rp.run([np.ones((2, 4), np.float32)])
+    assert "replaying unbatched" in rp.batch_note
+
+
+def test_crosscheck_catches_a_bind_that_differs(monkeypatch):
+    x = _x(2, np.float32)
+    prog, target = _compiled(x)
+
+    def wrong(ins, src, dst, scratch):
+        return lambda ctx: dst["dst"].fill(0)
+    monkeypatch.setitem(OPS, "activation", dataclasses.replace(OPS["activation"], bind=wrong))
+    monkeypatch.setenv("NKIHUB_SIM_CROSSCHECK", "1")
+    with pytest.raises(SimulationError, match="differs from the reference executor in output 'out'"):
+        Replay(prog, target).run([x])
+
+
+def test_a_bind_meets_an_attribute_it_does_not_know_and_execute_runs():
+    x = _x(2, np.float32)
+    prog, target = _compiled(x)
+    prog = dataclasses.replace(prog, instructions=[
+        dataclasses.replace(i, attrs={**i.attrs, "new_knob": 1}) if i.opcode == "activation" else i
+        for i in prog.instructions])
+    assert _bits_equal(Replay(prog, target, batch=True).run([x]), Executor(prog, target).run([x]))
+
+
+def test_unchecked_programs_see_fresh_nan_every_run():
+    """Run 1 writes an internal tile; run 2 skips the write (predicate false) and must see NaN again."""
+    p = Program("t")
+    for t in (TensorSpec("pred", (1, 4), "float32", "sbuf", "input"), TensorSpec("tmp", (1, 4), "float32", "sbuf"),
+              TensorSpec("o", (1, 4), "float32", "sbuf", "output")):
+        p.add_tensor(t)
+    p.inputs, p.outputs = ["pred"], ["o"]
+    whole = AccessPattern.row_major("tmp", (1, 4))
+    p.instructions = [Instruction("tensor_copy_predicated", "vector", {"dst": whole},
+                                  {"predicate": AccessPattern.row_major("pred", (1, 4))}, {"value": 7.0}),
+                      Instruction("tensor_copy", "vector", {"dst": AccessPattern.row_major("o", (1, 4))},
+                                  {"src": whole})]
+    for batch in (False, True):
+        rp = Replay(p, batch=batch)
+        assert (rp.run([np.ones((1, 4), np.float32)])[0] == 7).all()
+        assert np.isnan(rp.run([np.zeros((1, 4), np.float32)])[0]).all()
+
+
+def test_lanes_run_tasks_with_one_torch_thread_and_report_errors():
+    assert run_on_lanes([torch.get_num_threads, torch.get_num_threads]) == [1, 1]
+
+    def boom():
+        raise RuntimeError("lane failure")
+    with pytest.raises(RuntimeError, match="lane failure"):
+        run_on_lanes([lambda: 1, boom])
