@@ -55,7 +55,8 @@ def entries(kernel) -> list[dict]:
     """The tuned entries of ``kernel`` from the tuned.json beside its source file (none if absent)."""
     fn = _function(kernel)
     try:
-        path = Path(inspect.getsourcefile(fn)).resolve().parent / FILE
+        # not resolved: in a Hub cache snapshot the files are links into a blob store
+        path = Path(os.path.abspath(inspect.getsourcefile(fn))).parent / FILE
     except TypeError:
         return []
     return _load(str(path)).get("kernels", {}).get(fn.__name__, [])

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import sys
 
 import numpy as np
 import pytest
@@ -38,15 +37,8 @@ def small_matmul(tmp_path, monkeypatch):
     return pkg
 
 
-def _load_package(pkg_dir, name):
-    spec = importlib.util.spec_from_file_location(name, pkg_dir / "__init__.py", submodule_search_locations=[str(pkg_dir)])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_kernels_tune_then_publish_carries_the_tuned_config_to_users(small_matmul, tmp_path, capsys, monkeypatch):
+def test_kernels_tune_then_publish_carries_the_tuned_config_to_users(small_matmul, kernels_env, tmp_path, capsys,
+                                                                     monkeypatch):
     assert main(["tune", str(small_matmul), "--workers", "1"]) == 0
     out = capsys.readouterr().out
     assert "matmul_kernel trn1" in out and "matmul_kernel trn2" in out and "estimate" in out
@@ -65,8 +57,13 @@ def test_kernels_tune_then_publish_carries_the_tuned_config_to_users(small_matmu
     assert (built / "tuned.json").read_text() == (small_matmul / "tuned.json").read_text()
     assert (built / "_tuned.py").is_file()
 
-    # a user of the published package gets the tuned config of their target without tuning
-    pkg = _load_package(built, "_published_matmul_tuned")
+    # a user of the published package (kernels.get from the Hub) gets the tuned config of their target
+    # without tuning
+    import kernels
+    from kernels.publish import publish
+    publish(small_matmul, "neuron/matmul")
+    pkg = kernels.get("neuron/matmul", version=1)
+    assert pkg.__kernel_info__.variant == "torch-cpu"
     a = torch.randn(256, 512).to(torch.bfloat16)
     b = torch.randn(512, 1024).to(torch.bfloat16)
     for target in ("trn1", "trn2"):
