@@ -61,8 +61,8 @@ def check_case(kernel, check, args, kwargs, *, check_args=None, check_kwargs=Non
     kw = dict(check_kwargs if check_kwargs is not None else kwargs)
     if check_args is None and sum(to_numpy(a).size for a in small if is_array(a)) > CHECK_ELEMENTS:
         raise ValueError(f"autotune simulates each candidate on small inputs: these arguments hold more than "
-                         f"{CHECK_ELEMENTS} elements, so give check_args=(...) (small arrays shaped for the "
-                         "kernel) or tune on smaller shapes")
+                         f"{CHECK_ELEMENTS} elements, so give small inputs shaped for the kernel (check_args=(...); "
+                         "nki tune: --check-shape) or tune on smaller shapes")
     small = tuple(np.ascontiguousarray(to_numpy(a)) if is_array(a) else a for a in small)
     if check is not None:
         expected, against = check(*small, **kw), "the reference"
