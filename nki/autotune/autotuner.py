@@ -14,6 +14,7 @@ the report of every sweep.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import sys
@@ -47,6 +48,8 @@ def key_values(kernel, key, args, kwargs) -> list:
         return repr(v)
     out = [[n, val(named[n])] for n in names]
     out.append(["dtypes", [dtype_name(to_numpy(v).dtype) for v in named.values() if is_array(v)]])
+    if kernel.grid:
+        out.append(["grid", list(kernel.grid)])
     return out
 
 
@@ -82,6 +85,12 @@ class Autotuner:
 
     def __repr__(self) -> str:
         return f"<nki.autotune of {self.kernel!r}>"
+
+    def __getitem__(self, grid) -> "Autotuner":
+        """``tuned[gx, gy](...)``: the SPMD launch, tuned per grid (shares this kernel's caches)."""
+        clone = copy.copy(self)
+        clone.kernel = self.kernel[grid]
+        return clone
 
     @property
     def fn(self):

@@ -36,21 +36,22 @@ class KernelRef:
     module: str | None = None
     path: str | None = None
     source: str | None = None
+    grid: tuple = ()
 
     @classmethod
     def of(cls, kernel) -> "KernelRef":
-        fn = kernel.fn
+        fn, grid = kernel.fn, tuple(kernel.grid)
         if "." in fn.__qualname__ or "<locals>" in fn.__qualname__:
-            return cls(fn.__qualname__)   # not reachable from a module: evaluated in this process only
+            return cls(fn.__qualname__, grid=grid)   # not reachable from a module: this process only
         mod = sys.modules.get(fn.__module__)
         name = fn.__module__
         if name != "__main__" and getattr(mod, "__spec__", None) is not None and \
                 importlib.util.find_spec(name) is not None and not name.startswith("_nki_cli_"):
-            return cls(fn.__name__, module=name)
+            return cls(fn.__name__, module=name, grid=grid)
         path = getattr(mod, "__file__", None)
         if path is None:
-            return cls(fn.__qualname__)
-        return cls(fn.__name__, path=str(Path(path).resolve()), source=Path(path).read_text())
+            return cls(fn.__qualname__, grid=grid)
+        return cls(fn.__name__, path=str(Path(path).resolve()), source=Path(path).read_text(), grid=grid)
 
     @property
     def portable(self) -> bool:
@@ -69,7 +70,8 @@ class KernelRef:
             from nki.cli.common import load_object
             obj = load_object(f"{self._local_file()}:{self.name}")
         obj = getattr(obj, "kernel", obj)   # an autotuned kernel: the @nki.jit kernel inside
-        return obj if isinstance(obj, JitKernel) else jit(obj)
+        kernel = obj if isinstance(obj, JitKernel) else jit(obj)
+        return kernel[self.grid] if self.grid else kernel
 
     def _local_file(self) -> str:
         path = Path(self.path)

@@ -3,6 +3,7 @@ exhaustive and TPE search, resuming from the cache."""
 from __future__ import annotations
 
 import importlib.util
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -167,3 +168,28 @@ def test_unknown_key_is_an_error():
     tuned = nki.autotune(space=SPACE, key=["y"], workers=1)(mod.tiled_scale)
     with pytest.raises(ValueError, match="autotune key 'y' is not a parameter"):
         tuned(X)
+
+
+def test_spmd_grid_launch_is_tuned_per_grid(tmp_path):
+    src = tmp_path / "grid_kernel.py"
+    src.write_text(textwrap.dedent('''
+        import nki
+        import nki.language as nl
+
+        @nki.jit
+        def halves(x, tile=128):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            half = x.shape[0] // 2
+            base = nl.program_id(0) * half
+            for i in nl.affine_range(half // tile):
+                rows = nl.ds(base + i * tile, tile)
+                nl.store(out[rows, :], nl.multiply(nl.load(x[rows, :]), 2.0))
+            return out
+    '''))
+    from nki.cli.common import load_object
+    kernel = load_object(f"{src}:halves")
+    tuned = nki.autotune(space={"tile": [64, 128]}, key=["x"], check=lambda x: x * 2, workers=2)(kernel)
+    np.testing.assert_allclose(tuned[2](X), X * 2)
+    report = tuned.reports[-1]
+    assert report.where == "local" and {r.status for r in report.results} == {OK}
+    assert ["grid", [2]] in [list(k) for k in report.key]
