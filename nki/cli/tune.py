@@ -3,13 +3,14 @@ constants on the cost model; print the table of every candidate, write a plot of
 and the JSON report. Candidates run in local worker processes (one per core) or on a Ray cluster."""
 from __future__ import annotations
 
+import argparse
 import ast
 import json
 import sys
 from pathlib import Path
 
 import nki
-from nki.cli.common import add_kernel_args, load_kernel, load_object, make_inputs, parse_shape
+from nki.cli.common import add_kernel_args, load_kernel, load_object, make_inputs
 
 
 def add_parser(sub) -> None:
@@ -82,9 +83,9 @@ def run(args) -> int:
     arrays, consts = make_inputs(args, random=True, seed=args.seed)
     check_args = None
     if args.check_shape:
-        small = type(args)(**{**vars(args), "shape": args.check_shape})
-        [parse_shape(s) for s in args.check_shape]
-        check_args, _ = make_inputs(small, random=True, seed=args.seed)
+        # the same --dtype/--arg, other shapes
+        check_args, _ = make_inputs(argparse.Namespace(**{**vars(args), "shape": args.check_shape}), random=True,
+                                    seed=args.seed)
     check = load_object(args.check) if args.check else None
     bar, update = _progress(0)
     try:
