@@ -75,8 +75,10 @@ class NkiTensor:
     def __repr__(self) -> str:
         return f"NkiTensor({self.name}, shape={self.shape}, dtype={self.spec.dtype}, buffer={self.buffer})"
 
-    def __bool__(self):
-        raise TypeError("an NkiTensor has no truth value at trace time; use nl.where or a mask")
+    def __bool__(self) -> bool:
+        # A handle is a Python object: ``if params.bias:`` tests that an optional tensor was given, as
+        # production kernels written for AWS NKI do (values are compared with nl.greater & co).
+        return True
 
     def to_ap(self) -> AccessPattern:
         """The access pattern of this view (what instructions record)."""

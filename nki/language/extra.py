@@ -3,6 +3,7 @@ dropout, gather_flattened, load_transpose2d, no_reorder. Each returns a new tile
 from __future__ import annotations
 
 import contextlib
+import os
 
 import numpy as np
 
@@ -46,8 +47,11 @@ def expand_dims(x, axis) -> NkiTensor:
 
 
 def shared_constant(constant, dtype=None) -> NkiTensor:
-    """An HBM tensor holding a host array known at trace time (shipped inside the Program)."""
+    """An HBM tensor holding a host array known at trace time (shipped inside the Program); ``constant``
+    is an array or the path of a ``.npy`` file."""
     b = tracing.require("nl.shared_constant")
+    if isinstance(constant, (str, os.PathLike)):
+        constant = np.load(constant)
     arr = np.asarray(constant, dtype=dtype if dtype is not None else None)
     if arr.dtype == np.float64:
         arr = arr.astype(np.float32)

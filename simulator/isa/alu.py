@@ -111,6 +111,8 @@ ALU_OPS: dict[str, callable] = {
     "bitwise_and": _int(np.bitwise_and), "bitwise_or": _int(np.bitwise_or),
     "bitwise_xor": _int(np.bitwise_xor), "left_shift": _int(np.left_shift),
     "right_shift": _int(np.right_shift),
+    # One-input operators of the table (the second operand is ignored): |a| and bitwise NOT.
+    "abs": lambda a, b: np.abs(a) + np.zeros_like(b), "invert": _int(lambda a, b: np.invert(a) + 0 * b),
 }
 
 # Reductions along free axes: name -> (numpy reduce, identity element).

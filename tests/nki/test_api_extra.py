@@ -123,7 +123,8 @@ def test_nl_extras():
         nl.store(out[:, 0:1], nl.var(t, axis=1, keepdims=True))
         nl.store(out[:, 1:2], nl.all(nl.greater(t, -5.0), axis=1))
         nl.store(out[:, 2:3], nl.prod(nl.ones((16, 3), np.float32), axis=1))
-        eye = nl.load(nl.shared_identity_matrix(16))
+        eye = nl.shared_identity_matrix(16, dtype=np.float32)   # an SBUF tile
+        assert eye.buffer == nl.sbuf
         nl.store(out[:, 3:4], nl.sum(eye, axis=1))
         return out
     out = k(a)

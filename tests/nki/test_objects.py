@@ -3,7 +3,8 @@
 ``nki.isa.constants`` module, and ``nisa.nc_version`` ordering."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
@@ -31,10 +32,63 @@ def test_nkiobject_subclass_built_from_keywords_keeps_class_defaults():
     assert Plan().chunks == 4 and not hasattr(Plan(), "name")
 
 
-def test_nkiobject_takes_keywords_only_and_prints_its_fields():
-    with pytest.raises(TypeError):
-        Plan(1)
+def test_nkiobject_positional_arguments_fill_annotated_fields_in_order():
+    p = Plan(64, "b")
+    assert (p.tile, p.name, p.chunks) == (64, "b", 4)
+    with pytest.raises(TypeError, match="takes 2 positional"):
+        Plan(1, "a", 3)
+    with pytest.raises(TypeError, match="multiple values"):
+        Plan(1, tile=2)
     assert repr(Plan(tile=64)) == "Plan(tile=64)"
+
+
+@dataclass
+class Section(nl.NKIObject):
+    index = None          # dataclass attributes without annotations: not dataclass fields
+    offset = None
+
+
+@dataclass(frozen=True)
+class Limits(nl.NKIObject):
+    upper: float = None
+    lower: float = None
+
+
+@dataclass
+class Spec(nl.NKIObject):
+    kind: str
+    extra: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self.extra.append(self.kind)
+
+
+class Custom(nl.NKIObject):
+    def __init__(self, n):
+        self.n = n * 2
+
+
+def test_dataclass_subclass_accepts_unannotated_attributes_as_keywords():
+    s = Section(index=3, offset=128)
+    assert (s.index, s.offset) == (3, 128) and Section().index is None
+
+
+def test_dataclass_features_survive_frozen_factories_and_post_init():
+    lim = Limits(7.0, -7.0)
+    assert (lim.upper, lim.lower) == (7.0, -7.0) and lim == Limits(upper=7.0, lower=-7.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lim.upper = 1.0
+    assert hash(lim) == hash(Limits(7.0, -7.0))
+    a, b = Spec("x"), Spec(kind="y", extra=[1])
+    assert a.extra == ["x"] and b.extra == [1, "y"]
+    left_out = Shape(cols=8)                 # a field without a default may be left out: it stays unset
+    assert left_out.cols == 8
+    with pytest.raises(AttributeError):
+        left_out.rows
+
+
+def test_a_subclass_with_its_own_constructor_keeps_it():
+    assert Custom(4).n == 8
 
 
 def test_dataclass_subclass_keeps_dataclass_construction():

@@ -4,6 +4,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+import nki.language as nl
+
 from nkilib_compat.rows import Case, randn, row, torch_reference
 
 BF16 = ml_dtypes.bfloat16
@@ -22,7 +24,7 @@ def attention_cte(lib):
               "scale": 1.0, "causal_mask": True, "k_prior": None, "v_prior": None, "prior_used_len": None,
               "sink": None, "sliding_window": 0, "tp_q": False, "tp_k": False, "tp_out": True,
               "cp_offset": None, "global_cp_deg": None, "cp_strided_q_slicing": False, "cache_softmax": False,
-              "softmax_dtype": np.float32, "mm_out_dtype": np.float32, "bound_min": None, "bound_max": None}
+              "softmax_dtype": nl.float32, "mm_out_dtype": nl.float32, "bound_min": None, "bound_max": None}
 
     def expected():
         return ref(**{**inputs, "softmax_dtype": torch.float32})

@@ -4,6 +4,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+import nki.language as nl
+
 from nkilib_compat.rows import Case, randn, row, torch_reference
 
 BF16 = ml_dtypes.bfloat16

@@ -4,6 +4,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+import nki.language as nl
+
 from nkilib_compat.rows import Case, randn, row
 
 BF16 = ml_dtypes.bfloat16
@@ -20,7 +22,7 @@ def _mlp_inputs(lib, b, s, h, i, fused_add, store_add):
             "down_proj_bias_tensor": None, "normalization_bias_tensor": None,
             "fused_add_tensor": randn((b, s, h), BF16, 5) if fused_add else None,
             "store_fused_add_result": store_add, "activation_fn": Act.SiLU, "normalization_type": NormType.RMS_NORM,
-            "quantization_type": QT.NONE, "output_dtype": BF16, "store_output_in_sbuf": False, "eps": 1e-6,
+            "quantization_type": QT.NONE, "output_dtype": nl.bfloat16, "store_output_in_sbuf": False, "eps": 1e-6,
             "skip_gate_proj": False}
 
 

@@ -6,6 +6,8 @@ import math
 import ml_dtypes
 import numpy as np
 
+import nki.language as nl
+
 from nkilib_compat.rows import Case, row, torch_reference
 
 BF16 = ml_dtypes.bfloat16
@@ -78,7 +80,7 @@ def moe_cte(lib):
               "token_position_to_id": p["pos_to_id"], "block_to_expert": p["block_to_expert"], "block_size": b,
               "gate_and_up_proj_bias": rng.uniform(-1, 1, (e, 2, i)).astype(BF16),
               "down_proj_bias": rng.uniform(-1.632, 1.4375, (e, h)).astype(BF16),
-              "activation_function": Act.Swish, "skip_dma": SkipMode(True, False), "compute_dtype": BF16,
+              "activation_function": Act.Swish, "skip_dma": SkipMode(True, False), "compute_dtype": nl.bfloat16,
               "is_tensor_update_accumulating": True, "expert_affinities_scaling_mode": Scale.POST_SCALE,
               "gate_clamp_upper_limit": 7.0, "gate_clamp_lower_limit": None, "up_clamp_upper_limit": 8.0,
               "up_clamp_lower_limit": -9.0}
@@ -112,7 +114,7 @@ def moe_block_tkg(lib):
               "router_act_fn": RAct.SOFTMAX, "router_pre_norm": False, "norm_topk_prob": False,
               "expert_affinities_scaling_mode": Scale.POST_SCALE, "hidden_act_fn": Act.Swish,
               "gate_clamp_upper_limit": 7.0, "gate_clamp_lower_limit": None, "up_clamp_upper_limit": 8.0,
-              "up_clamp_lower_limit": -6.0, "router_mm_dtype": np.float16, "hidden_actual": None,
+              "up_clamp_lower_limit": -6.0, "router_mm_dtype": nl.float16, "hidden_actual": None,
               "skip_router_logits": False, "is_all_expert": True,
               "rank_id": np.array([[np.random.RandomState(42).randint(0, eg // el)]], np.uint32)}
     return Case(kernel, inputs, lambda: ref(**inputs), lnc=2, rtol=1e-2, atol=1e-5)

@@ -10,6 +10,8 @@ import math
 import ml_dtypes
 import numpy as np
 
+import nki.language as nl
+
 from nkilib_compat.catalogue.moe import moe_problem
 from nkilib_compat.rows import Case, row
 
@@ -69,7 +71,7 @@ def blockwise_mm_bwd(lib):
               "down_proj_weight": w_down, "gate_up_proj_act_checkpoint_T": gu_t.detach().numpy().astype(BF16),
               "down_proj_act_checkpoint": down.detach().numpy().astype(BF16), "token_position_to_id": pos_to_id,
               "block_to_expert": block_to_expert, "output_hidden_states_grad": grad, "block_size": b,
-              "skip_dma": params.SkipMode(False, False), "compute_dtype": BF16,
+              "skip_dma": params.SkipMode(False, False), "compute_dtype": nl.bfloat16,
               "is_tensor_update_accumulating": k != 1, "clamp_limits": params.ClampLimits(*clamps), "bias": False,
               "activation_type": params.ActFnType.SiLU}
 
@@ -96,7 +98,7 @@ def bwmm_shard_on_h(lib):
     inputs = {"hidden_states": hidden, "expert_affinities_masked": aff.reshape(-1, 1), "gate_up_proj_weight": w_gu,
               "down_proj_weight": w_down, "block_size": b, "token_position_to_id": pos_to_id,
               "block_to_expert": block_to_expert.reshape(-1, 1), "skip_dma": SkipMode(False, False),
-              "compute_dtype": BF16, "is_tensor_update_accumulating": True,
+              "compute_dtype": nl.bfloat16, "is_tensor_update_accumulating": True,
               "expert_affinities_scaling_mode": Scale.POST_SCALE}
 
     def expected():

@@ -4,6 +4,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+import nki.language as nl
+
 from nkilib_compat.compare import compare
 from nkilib_compat.rows import Case, randn, row, torch_reference
 
@@ -85,7 +87,7 @@ def moe_tkg(lib):
               "expert_gate_up_bias": None, "expert_down_bias": None, "expert_gate_up_weights_scale": None,
               "expert_down_weights_scale": None, "gate_up_input_scale": None, "down_input_scale": None,
               "expert_affinities_eager": None, "expert_affinities_scaling_mode": Scale.POST_SCALE,
-              "activation_fn": Act.SiLU, "output_dtype": np.float16, "gate_clamp_upper_limit": 7.0,
+              "activation_fn": Act.SiLU, "output_dtype": nl.float16, "gate_clamp_upper_limit": 7.0,
               "gate_clamp_lower_limit": None, "up_clamp_upper_limit": 8.0, "up_clamp_lower_limit": -6.0,
               "is_all_expert_dynamic": False, "block_size": None}
     return Case(kernel, inputs, lambda: ref(**inputs), lnc=2, rtol=2e-2, atol=1e-5)
