@@ -19,7 +19,7 @@ from nki import tracing
 class NkiTensor:
     """A tensor of the kernel being traced, or a strided view of one."""
 
-    __slots__ = ("spec", "offset", "dims")
+    __slots__ = ("spec", "offset", "dims", "indirect")
     # Hook for the neuronxcc dialect's affine index objects (``nl.arange``): a callable
     # ``(tensor, key) -> NkiTensor | NotImplemented`` tried before plain indexing.
     index_hooks: list = []
@@ -33,6 +33,7 @@ class NkiTensor:
         if dims is None:
             dims = AccessPattern.row_major(spec.name, spec.shape).dims
         self.dims = tuple(dims)
+        self.indirect = None   # an nki.indirect.Indirect for views addressed through run-time offsets
 
     # -- description ---------------------------------------------------------------------------------
     @property
@@ -82,6 +83,9 @@ class NkiTensor:
 
     def to_ap(self) -> AccessPattern:
         """The access pattern of this view (what instructions record)."""
+        if self.indirect is not None:
+            from nki import indirect
+            raise indirect.refuse(self)
         return AccessPattern(self.name, self.offset, self.dims)
 
     def is_contiguous(self) -> bool:
@@ -94,6 +98,9 @@ class NkiTensor:
 
     # -- views -----------------------------------------------------------------------------------------
     def __getitem__(self, key) -> "NkiTensor":
+        if self.indirect is not None:
+            from nki import indirect
+            raise indirect.refuse(self)
         for hook in NkiTensor.index_hooks:
             res = hook(self, key)
             if res is not NotImplemented:
@@ -158,6 +165,9 @@ class NkiTensor:
         return d
 
     def _with(self, dims, offset=None) -> "NkiTensor":
+        if self.indirect is not None:
+            from nki import indirect
+            raise indirect.refuse(self)
         return NkiTensor(self.spec, self.offset if offset is None else offset, tuple(dims))
 
     def permute(self, dims) -> "NkiTensor":
@@ -228,15 +238,16 @@ class NkiTensor:
     def ap(self, pattern, offset=0, scalar_offset=None, vector_offset=None, indirect_dim=None, dtype=None):
         """An explicit access pattern over this tensor: ``pattern`` = [[stride, size], ...] in elements from
         this view's start plus ``offset``. With ``dtype`` the storage is reinterpreted first and the
-        pattern and offset count elements of ``dtype``. Indirect (dynamic) offsets are not supported."""
-        if scalar_offset is not None or vector_offset is not None or indirect_dim is not None:
-            from nki.unsupported import not_simulated
-            raise not_simulated("ap(scalar_offset=/vector_offset=/indirect_dim=)",
-                                "indirect (runtime) offsets; kernels here are traced for static addresses")
+        pattern and offset count elements of ``dtype``. ``scalar_offset`` / ``vector_offset`` with
+        ``indirect_dim`` make an indirect view, addressed at run time (see ``nki.indirect``), for
+        ``nisa.dma_copy``."""
         base = self
         if dtype is not None and dtype_name(_dtype_arg(dtype)) != self.spec.dtype:
             base = self._reinterpret(dtype_name(_dtype_arg(dtype)), "ap(dtype=...)")
         view = base._with([(int(st), int(n)) for st, n in pattern], base.offset + int(offset))
+        if scalar_offset is not None or vector_offset is not None:
+            from nki import indirect   # the dynamic part is only known at run time: no static bounds check
+            return indirect.make(view, base, scalar_offset, vector_offset, indirect_dim)
         lo, hi = view.to_ap().extent()
         if lo < 0 or hi > view.spec.size:
             raise _oob(f"access pattern {list(map(list, view.dims))} at offset {view.offset} reaches elements "

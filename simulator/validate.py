@@ -16,6 +16,7 @@ from simulator.isa.base import dst_reads
 from simulator.isa.alu import ASSOCIATIVE
 from simulator.program import AccessPattern, Instruction, Program
 from simulator.rules import fail
+from simulator.taint import Taints
 
 HOST = -2        # stamp of elements the host wrote (inputs, constants)
 UNWRITTEN = -1   # stamp of elements nothing wrote yet
@@ -96,7 +97,13 @@ def _dataflow(program: Program) -> None:
     # Inputs and constants are initialised and never written by the kernel (checked below). Stamps of
     # the other tensors are made on first touch and dropped after their last use, so memory follows the
     # live set rather than every tile a long kernel ever made.
+    #
+    # Reading memory nothing wrote only matters when the result reaches memory the caller sees
+    # (simulator.taint).
     fam = _families(program)
+    visible = {program.root(n).name for n in program.outputs} | \
+        {n for n in program.tensors if program.tensors[n].kind == "input"}
+    taint = Taints(program, visible, lambda arr, ap: _view(arr, ap, fam[ap.tensor][1]))
     tracked = {n for n in program.tensors if program.root(n).kind not in ("input", "constant")}
     keep = set(program.outputs)
     last_use = _last_uses(program, fam)
@@ -136,9 +143,10 @@ def _dataflow(program: Program) -> None:
         read_back = dst_reads(row, ins)
         accumulating = bool(read_back)
         reads += [(role, ins.dst[role]) for role in read_back]
+        read_taints = []
         for role, ap in reads:
-            if ap.tensor not in tracked:
-                continue
+            if ap.tensor not in tracked or role in row.dynamic_reads:
+                continue  # which elements a run-time-addressed operand reads is unknown here
             view = view_of(ap)
             root = fam[ap.tensor][0]
             exempt_carry = (accumulating and role in ins.dst and ACCUMULATE in row.categories) or \
@@ -146,9 +154,8 @@ def _dataflow(program: Program) -> None:
             # An accumulating destination is read too: accumulating onto memory nothing wrote would add
             # whatever the buffer held (NaN here, stale data on the hardware).
             missing = count_unwritten(view, ap) if unwritten.get(root) != 0 else 0
-            if missing:
-                raise fail("read-uninitialized", f"reads {missing} of {ap.size} elements of "
-                           f"'{ap.tensor}' that nothing wrote", ins, program, role, ap)
+            if missing or root in taint.arrays:
+                read_taints.append((role, ap, taint.read(idx, role, ap, root, view == UNWRITTEN, missing)))
             if exempt_carry:
                 continue
             first_w, last_w = writers.get(root, (idx, -1))
@@ -175,6 +182,7 @@ def _dataflow(program: Program) -> None:
             if spec.kind == "constant":
                 raise fail("write-to-constant", f"writes constant '{ap.tensor}'", ins, program, role, ap)
             view = view_of(ap)
+            taint.write(ins, row.categories, ap, root, stamps_of(ap.tensor).size, read_taints, fam[ap.tensor][1])
             left = unwritten.get(root)
             if left:
                 unwritten[root] = left - int(np.count_nonzero(view == UNWRITTEN)) if _distinct(ap) else None
@@ -185,6 +193,7 @@ def _dataflow(program: Program) -> None:
             root = fam[ap.tensor][0]
             if last_use[root] == idx and root not in keep:
                 stamps.pop(root, None)
+                taint.arrays.pop(root, None)
     for name in program.outputs:
         if name not in tracked:
             continue

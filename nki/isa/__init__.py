@@ -277,8 +277,14 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
 def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown,
              engine=engine.unknown, name=None):
     """dst = src through a DMA queue (HBM <-> SBUF or within either); equal element counts; dtypes
-    convert through fp32."""
+    convert through fp32. One side may be an indirect view (``t.ap(..., scalar_offset=/vector_offset=)``):
+    its addresses come from run-time offsets, and ``oob_mode=oob_mode.skip`` skips the elements that fall
+    outside the tensor (``error``, the default, stops the run)."""
     _tile(dst, "dst"), _tile(src, "src")
+    if dst.indirect is not None or src.indirect is not None:
+        from nki import indirect
+        indirect.dma_copy(dst, src, _cmd(oob_mode), _cmd(dge_mode))
+        return dst
     emit("dma_copy", "dma", {"dst": dst}, {"src": src}, {"dge_mode": _cmd(dge_mode)})
     return dst
 

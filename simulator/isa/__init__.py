@@ -2,11 +2,12 @@
 from simulator.isa import debug, dma, elementwise, matmul, reduce  # noqa: F401  (each registers its rows)
 from simulator.isa import partition, random, scan, select  # noqa: F401  (issue 7: more families)
 from simulator.isa import activate, dma_compute, gather  # noqa: F401  (v4 activations, DMA math, GpSimd index)
+from simulator.isa import dma_indirect  # noqa: F401  (DMAs addressed through run-time offsets)
 from simulator.isa import mx  # noqa: F401  (v4 microscaling: quantize_mx, nc_matmul_mx)
 from simulator.isa import collectives  # noqa: F401  (between cores and ranks)
 from simulator.isa import topk  # noqa: F401  (GpSimd top-k over 16-partition snakes)
-from simulator.isa.base import (ACCUMULATE, DEBUG, DMA, ELEMENTWISE, ENGINES, GENERATE, MATMUL, OPS, REDUCE,
-                                ExecContext, OpDef, in_category, opdef)
+from simulator.isa.base import (ACCUMULATE, CROSS_PARTITION, DEBUG, DMA, ELEMENTWISE, ENGINES, GENERATE, INDIRECT,
+                                MATMUL, OPS, REDUCE, ExecContext, OpDef, in_category, opdef)
 
-__all__ = ["ACCUMULATE", "DEBUG", "DMA", "ELEMENTWISE", "ENGINES", "GENERATE", "MATMUL", "OPS", "REDUCE",
-           "ExecContext", "OpDef", "in_category", "opdef"]
+__all__ = ["ACCUMULATE", "CROSS_PARTITION", "DEBUG", "DMA", "ELEMENTWISE", "ENGINES", "GENERATE", "INDIRECT",
+           "MATMUL", "OPS", "REDUCE", "ExecContext", "OpDef", "in_category", "opdef"]

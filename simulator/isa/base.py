@@ -22,6 +22,8 @@ MATMUL = "matmul"
 ACCUMULATE = "accumulate"     # may read-modify-write its destination associatively (PSUM accumulation)
 GENERATE = "generate"         # writes without reading tensors (memset, iota)
 DEBUG = "debug"               # no effect on data (device_print)
+INDIRECT = "indirect"         # its operand "table" is a whole tensor addressed through run-time offsets
+CROSS_PARTITION = "cross_partition"   # a result partition depends on other partitions of an operand
 
 
 @dataclass
@@ -47,6 +49,8 @@ class OpDef:
     - ``bind(ins, src, dst, scratch) -> step(ctx) | None`` (optional): the fast engine's compiled form of
       ``execute`` for operands stacked along a leading batch axis (see ``simulator.isa.fast``); None
       (or no bind) runs ``execute`` instead. It must give ``execute``'s bits.
+    - ``dynamic_reads``: source roles of which the instruction reads elements chosen by run-time values
+      (indirect DMA tables, gather buffers): the dataflow checks cannot tell which, so skip them.
     """
 
     opcode: str
@@ -58,13 +62,14 @@ class OpDef:
     categories: frozenset = frozenset()
     reads_dst: Callable = staticmethod(lambda ins: False)
     bind: Callable | None = None
+    dynamic_reads: frozenset = frozenset()
 
 
 OPS: dict[str, OpDef] = {}
 
 
 def register(opcode: str, *, engines, execute, cost, rules=None, categories=(), reads_dst=None,
-             doc: str | None = None, bind=None) -> OpDef:
+             dynamic_reads=(), doc: str | None = None, bind=None) -> OpDef:
     """Add a row to the instruction table (``doc`` defaults to ``execute``'s docstring).
 
     ``rules`` must be stated, ``()`` when no operand rule applies, so no row silently skips validation.
@@ -74,7 +79,8 @@ def register(opcode: str, *, engines, execute, cost, rules=None, categories=(), 
     if rules is None:
         raise ValueError(f"instruction {opcode!r}: state its operand rules (rules=() if none apply)")
     row = OpDef(opcode, frozenset(engines), (doc or execute.__doc__ or "").strip(), execute, cost,
-                tuple(rules), frozenset(categories), reads_dst or (lambda ins: False), bind)
+                tuple(rules), frozenset(categories), reads_dst or (lambda ins: False), bind,
+                frozenset(dynamic_reads))
     OPS[opcode] = row
     return row
 

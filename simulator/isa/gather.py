@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator import cost_rules as cr
-from simulator.isa.base import ELEMENTWISE, f32, free_elems, register, store
+from simulator.isa.base import CROSS_PARTITION, ELEMENTWISE, f32, free_elems, register, store
 from simulator.rules import COMPUTE_RULES, fail, partitions
 
 CORE_PARTITIONS = 16                     # each of the 8 GpSimd cores serves 16 contiguous partitions
@@ -75,7 +75,8 @@ register("local_gather", engines={"gpsimd"}, execute=_local_gather,
          # Estimate (not published): one gathered element per partition per cycle, as nc_n_gather.
          cost=lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(free_elems(ins.dst["dst"].shape)
                                                          * cr.stride_slowdown(ins, p)), t, "gpsimd"),
-         rules=COMPUTE_RULES + (_local_gather_rules,), categories={ELEMENTWISE})
+         rules=COMPUTE_RULES + (_local_gather_rules,), categories={CROSS_PARTITION, ELEMENTWISE},
+         dynamic_reads={"src_buffer"})
 
 
 # -- sequence_bounds ------------------------------------------------------------------------------------------
@@ -122,4 +123,4 @@ register("sequence_bounds", engines={"gpsimd"}, execute=_sequence_bounds,
          # Estimate (not published): a forward and a backward pass over the ids.
          cost=lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(2 * _free(ins.src["segment_ids"])
                                                          * cr.stride_slowdown(ins, p)), t, "gpsimd"),
-         rules=COMPUTE_RULES + (_sequence_bounds_rules,), categories={ELEMENTWISE})
+         rules=COMPUTE_RULES + (_sequence_bounds_rules,), categories={CROSS_PARTITION, ELEMENTWISE})

@@ -12,7 +12,7 @@ from simulator import cost_rules as cr
 from simulator import mx
 from simulator.dtypes import PACKED
 from simulator.isa.activate import _gen4_only
-from simulator.isa.base import ACCUMULATE, MATMUL, f32, register, store
+from simulator.isa.base import CROSS_PARTITION, ACCUMULATE, MATMUL, f32, register, store
 from simulator.rules import COMPUTE_RULES, fail, partitions
 
 SCALE_DTYPES = frozenset({"uint8", "float8_e8m0fnu"})
@@ -101,7 +101,7 @@ def _quantize_cost(ins, program, target):
 
 
 register("quantize_mx", engines={"vector"}, execute=_quantize, cost=_quantize_cost,
-         rules=COMPUTE_RULES + (_gen4_only, _quantize_rules))
+         rules=COMPUTE_RULES + (_gen4_only, _quantize_rules), categories={CROSS_PARTITION})
 
 
 def _matmul_mx_rules(ins, program, target):

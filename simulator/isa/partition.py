@@ -6,7 +6,7 @@ import numpy as np
 
 from simulator import cost_rules as cr
 from simulator.isa import alu
-from simulator.isa.base import DMA, ELEMENTWISE, REDUCE, f32, free_elems, register, store
+from simulator.isa.base import CROSS_PARTITION, DMA, ELEMENTWISE, REDUCE, f32, free_elems, register, store
 from simulator.isa.dma import _dma_cost, _dma_rules
 from simulator.rules import COMPUTE_RULES, fail, partitions
 
@@ -36,7 +36,7 @@ register("tensor_partition_reduce", engines={"gpsimd"}, execute=_partition_reduc
          # The cores fold their partitions in parallel: elements / cores steps (estimate; not published).
          cost=lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(ins.src["data"].size // GPSIMD_CORES
                                                          * cr.stride_slowdown(ins, p)), t, "gpsimd"),
-         rules=COMPUTE_RULES + (_pr_rules,), categories={REDUCE})
+         rules=COMPUTE_RULES + (_pr_rules,), categories={CROSS_PARTITION, REDUCE})
 
 
 def _shuffle(ins, src, dst, ctx):
@@ -67,7 +67,7 @@ def _shuffle_rules(ins, program, target):
 register("nc_stream_shuffle", engines={"vector"}, execute=_shuffle,
          cost=lambda ins, p, t: cr.seconds(cr.vector_cycles(free_elems(ins.src["src"].shape)
                                                          * cr.stride_slowdown(ins, p)), t, "vector"),
-         rules=COMPUTE_RULES + (_shuffle_rules,), categories={ELEMENTWISE},
+         rules=COMPUTE_RULES + (_shuffle_rules,), categories={CROSS_PARTITION, ELEMENTWISE},
          reads_dst=lambda ins: SHUFFLE_SKIP in ins.attrs["shuffle_mask"])
 
 
@@ -95,7 +95,7 @@ def _dma_transpose_rules(ins, program, target):
 
 register("dma_transpose", engines={"dma"}, execute=_dma_transpose,
          # Element-wise scattered writes: the contiguous run is one element (DMA element-granular cost).
-         cost=_dma_cost, rules=(_dma_transpose_rules,), categories={DMA})
+         cost=_dma_cost, rules=(_dma_transpose_rules,), categories={CROSS_PARTITION, DMA})
 
 
 def _n_gather(ins, src, dst, ctx):
@@ -118,4 +118,4 @@ def _n_gather_rules(ins, program, target):
 register("nc_n_gather", engines={"gpsimd"}, execute=_n_gather,
          cost=lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(free_elems(ins.dst["dst"].shape)
                                                          * cr.stride_slowdown(ins, p)), t, "gpsimd"),
-         rules=COMPUTE_RULES + (_n_gather_rules,), categories={ELEMENTWISE})
+         rules=COMPUTE_RULES + (_n_gather_rules,), categories={CROSS_PARTITION, ELEMENTWISE})

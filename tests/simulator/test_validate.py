@@ -54,22 +54,47 @@ def test_a_clean_program_passes():
 
 
 def test_read_of_unwritten_memory():
-    e = rule_of(build(T, [copy("b", "a", (4, 4), line=9)]))
+    e = rule_of(build(T, [copy("b", "a", (4, 4), line=9)], outputs=["b"]))
     assert e.rule == "read-uninitialized" and e.loc.line == 9 and e.operand == "src"
     assert "reads 16 of 16 elements of 'a'" in str(e)
 
 
 def test_read_of_a_partly_written_tile():
     half = Instruction("memset", "vector", {"dst": ap("a", (2, 4))}, {}, {"value": 0.0}, loc(1))
-    assert "reads 8 of 16" in str(rule_of(build(T, [half, copy("b", "a", (4, 4))])))
+    assert "reads 8 of 16" in str(rule_of(build(T, [half, copy("b", "a", (4, 4))], outputs=["b"])))
 
 
 def test_accumulating_onto_unwritten_psum_is_a_read_of_unwritten_memory():
     t = [TensorSpec("s", (4, 4), "bfloat16", "sbuf"), TensorSpec("p", (4, 4), "float32", "psum")]
     mm = Instruction("nc_matmul", "tensor", {"dst": ap("p", (4, 4))},
                      {"stationary": ap("s", (4, 4)), "moving": ap("s", (4, 4))}, {"accumulate": True}, loc(5))
-    e = rule_of(build(t, [memset("s", (4, 4)), mm]))
+    e = rule_of(build(t, [memset("s", (4, 4)), mm], outputs=["p"]))
     assert e.rule == "read-uninitialized" and e.operand == "dst"
+
+
+U = T + [TensorSpec("c", (4, 4), "float32", "sbuf"), TensorSpec("o", (4, 4), "float32", "hbm"),
+         TensorSpec("o2", (2, 4), "float32", "hbm")]
+
+
+def test_garbage_that_is_overwritten_before_it_is_stored_is_allowed():
+    """Kernels compute on whole tiles whose unwritten part they overwrite later (or never store): only
+    results that reach memory the caller sees count."""
+    half = Instruction("memset", "vector", {"dst": ap("a", (2, 4))}, {}, {"value": 0.0}, loc(1))
+    rest = Instruction("memset", "vector", {"dst": ap("b", (2, 4), offset=8)}, {}, {"value": 1.0}, loc(4))
+    program = build(U, [half, copy("b", "a", (4, 4), line=3), rest, copy("c", "b", (2, 4), line=5),
+                        copy("o2", "c", (2, 4), line=6)], outputs=["o2"])
+    validate(program, TRN2, rules=False)
+
+
+def test_garbage_reaching_an_output_names_the_first_read():
+    half = Instruction("memset", "vector", {"dst": ap("a", (2, 4))}, {}, {"value": 0.0}, loc(1))
+    program = build(U, [half, copy("b", "a", (4, 4), line=3), copy("c", "b", (4, 4), line=5),
+                        copy("o", "c", (4, 4), line=7)], outputs=["o"])
+    with pytest.raises(KernelRuleError) as info:
+        validate(program, TRN2, rules=False)
+    e = info.value
+    assert e.rule == "read-uninitialized" and e.loc.line == 3 and "reads 8 of 16 elements of 'a'" in str(e)
+    assert "reaches 'o'" in str(e) and "kern.py:7" in str(e)
 
 
 def test_writing_an_input_is_allowed():
