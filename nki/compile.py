@@ -20,7 +20,7 @@ import types
 from pathlib import Path
 
 from nki import config
-from nki.jit import CompiledKernel, JitKernel, _signature_key, jit
+from nki.jit import ByData, CompiledKernel, JitKernel, _signature_key, jit
 from simulator.costmodel import schedule
 from simulator.errors import NkiError
 from simulator.program import Program
@@ -124,6 +124,8 @@ def _compile(kernel, args, kwargs, target, cache: bool):
     sig = _signature_key(bound)
     mem_key = (tgt.name, k.grid, sig)
     entry = k._cache.get(mem_key)
+    if isinstance(entry, ByData):
+        entry, cache = None, False   # traced per input data: never from or to the disk cache
     if entry is not None and "compile" in entry.program.meta:
         return entry.program, None
     directory = config.cache_dir() if cache else None
@@ -139,7 +141,7 @@ def _compile(kernel, args, kwargs, target, cache: bool):
             return k._cache[mem_key].program, None
     program = k.specialize(*args, target=tgt, **kwargs).program
     sch = annotate(program, tgt)
-    if path is not None:
+    if path is not None and not program.meta.get("data_dependent"):
         program.meta["compile"]["key"] = key
         try:
             program.save(path)

@@ -4,14 +4,18 @@ and allocate it, cache it, and replay it on the simulator on every later call wi
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import itertools
 import linecache
 import operator
 import threading
 
+import numpy as np
+
 from nki import outputs, tracing
 from nki.arrays import is_array, is_torch, to_numpy
+from nki.runtime import Eager, NeedsRuntime
 from nki.tensor import NkiTensor
 from simulator.allocate import allocate
 from simulator.dtypes import dtype_name
@@ -73,6 +77,39 @@ def _signature_key(bound: inspect.BoundArguments):
     return tuple(parts)
 
 
+def _data_digest(bound: inspect.BoundArguments) -> str:
+    """A digest of the tensor arguments' contents (data-dependent kernels trace once per data)."""
+    h = hashlib.sha256()
+    for name, value in _flat(bound):
+        if is_array(value):
+            arr = np.ascontiguousarray(to_numpy(value))
+            h.update(f"{name}:{arr.dtype.str}:{arr.shape}".encode())
+            h.update(arr.view(np.uint8).reshape(-1).data)
+    return h.hexdigest()
+
+
+class ByData:
+    """The cache entry of a signature whose kernel reads registers in Python control flow: compiled
+    kernels by input-data digest, the most recent few kept."""
+
+    KEEP = 8
+
+    def __init__(self):
+        self._by: dict = {}
+
+    def get(self, digest: str):
+        entry = self._by.pop(digest, None)
+        if entry is not None:
+            self._by[digest] = entry   # most recently used last
+        return entry
+
+    def put(self, digest: str, entry):
+        self._by[digest] = entry
+        while len(self._by) > self.KEEP:
+            self._by.pop(next(iter(self._by)))
+        return entry
+
+
 def launch_grid(grid, fn) -> tuple[int, ...]:
     """``kernel[gx, gy]``'s grid as a tuple of positive ints; a grid with no programs is an error at the
     launch line (AWS NKI launches ``prod(grid)`` programs: zero would silently run nothing)."""
@@ -130,8 +167,18 @@ class JitKernel:
             with self._lock:
                 entry = self._cache.get(key)
                 if entry is None:
-                    entry = CompiledKernel(self._trace(bound, tgt), tgt)
+                    try:
+                        entry = CompiledKernel(self._trace(bound, tgt), tgt)
+                    except NeedsRuntime:
+                        entry = ByData()   # its control flow reads registers: one Program per data
                     self._cache[key] = entry
+        if isinstance(entry, ByData):
+            digest = _data_digest(bound)
+            with self._lock:
+                compiled = entry.get(digest)
+                if compiled is None:
+                    compiled = entry.put(digest, CompiledKernel(self._trace(bound, tgt, with_data=True), tgt))
+            return compiled
         return entry
 
     def trace(self, *args, target=None, **kwargs) -> Program:
@@ -146,13 +193,22 @@ class JitKernel:
         return SourceLoc(code.co_filename, code.co_firstlineno, 0, None,
                          linecache.getline(code.co_filename, code.co_firstlineno).rstrip("\n"))
 
-    def _trace(self, bound: inspect.BoundArguments, target, ranks: list | None = None) -> Program:
+    def _trace(self, bound: inspect.BoundArguments, target, ranks: list | None = None,
+               with_data: bool = False) -> Program:
         """Trace every program instance of the launch grid; with ``ranks`` (one bound argument set per
-        rank, nki.multicore.run_ranks) every rank's instances, each rank with its own inputs and outputs."""
+        rank, nki.multicore.run_ranks) every rank's instances, each rank with its own inputs and outputs.
+        ``with_data``: run the instructions on the call's inputs while tracing, so control flow on
+        registers takes the path of this data (nki.runtime); the Program is marked data-dependent."""
         from nki import multicore
         b = tracing.Builder(self.fn.__name__, target)
         b.grid = self.grid
         b.n_ranks = len(ranks) if ranks else 1
+        data = {}
+        if with_data:
+            if ranks:
+                raise KernelRuleError("dynamic-control-flow", "registers in Python control flow are not "
+                                      "supported in multi-rank launches", loc=self._def_loc())
+            b.runtime = Eager(b.program, target, data)
         with b.active():
             def arg(name, value):
                 if not is_array(value):
@@ -161,6 +217,7 @@ class JitKernel:
                 spec = b.new_tensor(arr.shape, dtype_name(arr.dtype), "hbm", kind="input",
                                     name=f"{name}_r{b.rank}" if ranks else name, loc=self._def_loc())
                 b.program.inputs.append(spec.name)
+                data[spec.name] = arr
                 return NkiTensor(spec)
 
             for b.rank, bound in enumerate(ranks or [bound]):
@@ -188,6 +245,8 @@ class JitKernel:
         b.finish()
         if ranks:
             b.program.meta["ranks"] = len(ranks)
+        if with_data:
+            b.program.meta["data_dependent"] = True
         validate(b.program, target, rules=False)
         allocate(b.program, target)
         return b.program

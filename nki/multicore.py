@@ -122,6 +122,7 @@ def run_ranks(kernel, rank_args: list, *, target=None) -> list:
     calls exchange data between them. Returns each rank's result (numpy arrays, as a call would)."""
     from nki.arrays import is_array, to_numpy
     from nki.jit import CompiledKernel, _flat, _signature_key
+    from nki.runtime import NeedsRuntime
     from simulator.targets import get_target
     tgt = get_target(target or kernel.options.get("platform_target"))
     bounds = [kernel._bind(*((a, {}) if isinstance(a, tuple) else ((), a))) for a in rank_args]
@@ -129,7 +130,11 @@ def run_ranks(kernel, rank_args: list, *, target=None) -> list:
     try:
         entry = kernel._cache.get(key)
         if entry is None:
-            entry = kernel._cache[key] = CompiledKernel(kernel._trace(bounds[0], tgt, ranks=bounds), tgt)
+            try:
+                entry = kernel._cache[key] = CompiledKernel(kernel._trace(bounds[0], tgt, ranks=bounds), tgt)
+            except NeedsRuntime as exc:
+                raise KernelRuleError("dynamic-control-flow", f"{exc}; registers in Python control flow "
+                                      "are not supported in multi-rank launches") from None
         arrays = [to_numpy(v) for bd in bounds for _, v in _flat(bd) if is_array(v)]
         outs = entry.executor.run(arrays)
     except NkiError as exc:

@@ -91,6 +91,7 @@ class Builder:
         self.n_ranks = 1
         self.instances: list = []          # (rank, program ids, first instruction index)
         self.syncs: list = []              # (instance index, instruction index, nki.multicore.Sync)
+        self.runtime = None                # nki.runtime.Eager when tracing with the call's data
 
     @contextlib.contextmanager
     def active(self):
@@ -109,6 +110,14 @@ class Builder:
     def sync(self, event) -> None:
         """Record that the instance being traced reaches synchronisation point ``event`` here."""
         self.syncs.append((len(self.instances) - 1, len(self.program.instructions), event))
+
+    def runtime_read(self, tensor, what: str) -> np.ndarray:
+        """The run-time contents of ``tensor`` (an NkiTensor view) for Python control flow; without the
+        call's data this raises ``nki.runtime.NeedsRuntime`` (``nki.jit`` then traces with the data)."""
+        if self.runtime is None:
+            from nki.runtime import NeedsRuntime
+            raise NeedsRuntime(what)
+        return self.runtime.read(tensor)
 
     def fresh_name(self, prefix: str) -> str:
         prefix = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in prefix) or "t"
@@ -150,8 +159,9 @@ class Builder:
         of copying (a copy would cost a second engine pass the hardware never runs). Only when the result
         is the same: equal shapes, and equal dtypes or an fp32 temporary (the engines compute in fp32, so
         one rounding into ``dst`` equals rounding to fp32 then copying). True when done."""
-        if not self.program.instructions:
-            return False
+        if not self.program.instructions or (self.runtime is not None and
+                                              self.runtime.done >= len(self.program.instructions)):
+            return False   # nothing to retarget, or it already ran (tracing with data)
         last = self.program.instructions[-1]
         spec, dspec = self.program.tensors[value.tensor], self.program.tensors[dst.tensor]
         roles = [r for r, ap in last.dst.items() if ap == value]

@@ -25,12 +25,8 @@ MODULES = {
         "nki.compat.compiler:psum", "neuronxcc.nki.typing": "nki.compat.typing",
 }
 
-_DYN = "dynamic (register-driven) control flow and addressing; kernels here are traced for static shapes"
 _HW = "semantics not fully specified in the public documentation; not guessed"
 GAPS = {
-    "nki.language.dynamic_range": _DYN, "nki.language.fori_loop": _DYN, "nki.language.while_loop": _DYN,
-    "nki.isa.register_alloc": _DYN, "nki.isa.register_load": _DYN, "nki.isa.register_move": _DYN,
-    "nki.isa.register_store": _DYN, "nki.isa.VirtualRegister": _DYN,
     "nki.isa.nonzero_with_count": _HW,
 }
 # Names that exist here and raise NotSimulatedError at the kernel line (nki.compat.extra.not_simulated).
@@ -40,7 +36,11 @@ NOT_SIMULATED = {
     "neuronxcc.nki.isa.builtin_custom_op": "runs a custom GpSimd microcode library, which has no numpy model",
 }
 # Names implemented with a documented difference.
+_DYN = ("unrolled for the trip count the call's data gives: a kernel whose Python reads a register is traced "
+        "with its inputs, once per distinct data (nki.runtime)")
 NOTES = {
+    "nki.language.dynamic_range": _DYN, "nki.language.fori_loop": _DYN, "nki.language.while_loop": _DYN,
+    "nki.isa.VirtualRegister": "a one-element int32 tile; bool()/int() read its run-time value (" + _DYN + ")",
     "nki.language.dropout": "kept values are not rescaled; random stream is numpy's, not XORWOW",
     "nki.isa.topk": "result order not fixed by the API pages: ascending values (descending with sorted=True), "
         "equal values lowest slot first; slots of the last written position past result k-1 get NaN / 0xFFFFFFFF",

@@ -19,6 +19,7 @@ ENGINE_COST = {
     "gpsimd": "GpSimd 150 + N cycles",
     "dma": "DMA ~1.9 us + bytes / queue bandwidth",
 }
+REGISTER_COST = "sequencer register op: 64 cycles, + 60 when it reads or writes memory (an estimate)"
 COLLECTIVE_COST = "ring on the DMA queues: (n - 1) x DMA latency + bytes per rank / DMA bandwidth"
 KIND_HOW = {
     "dtype": ("numpy dtype (ml_dtypes for bf16/fp8/fp4; packed MX types stored as unsigned ints); engines "
@@ -94,6 +95,8 @@ def opcodes_of(fn) -> frozenset:
 def _cost_of(opcodes) -> str:
     if any(op in _COLLECTIVES for op in opcodes):
         return COLLECTIVE_COST
+    if opcodes and all(op.startswith("register_") for op in opcodes):
+        return REGISTER_COST
     engines = sorted({e for op in opcodes for e in OPS[op].engines}, key=list(ENGINE_COST).index)
     return "; ".join(ENGINE_COST[e] for e in engines)
 

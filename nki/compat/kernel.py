@@ -15,8 +15,8 @@ from nki.jit import JitKernel
 class CompatKernel(JitKernel):
     """A ``neuronxcc.nki`` kernel: ``@nki.jit`` semantics (output arguments written in place included)."""
 
-    def _trace(self, bound, target):
-        program = super()._trace(bound, target)
+    def _trace(self, bound, target, **kw):
+        program = super()._trace(bound, target, **kw)
         program.meta["issue"] = "list"   # neuronxcc schedules the instructions itself (simulator.issue)
         return program
 

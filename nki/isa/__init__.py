@@ -310,6 +310,8 @@ from nki.isa.extra import (dma_transpose, dropout, max8, nc_find_index8, nc_matc
 from nki.isa.extra import (activate2, dma_compute, exponential, local_gather, sequence_bounds)  # noqa: E402,F401
 from nki.isa.mx import nc_matmul_mx, quantize_mx  # noqa: E402,F401
 from nki.isa.multicore import core_barrier, sendrecv  # noqa: E402,F401
+from nki.isa.registers import (VirtualRegister, register_alloc, register_load, register_move,  # noqa: E402,F401
+                               register_store)
 from nki.isa.state import (NkiInstruction, get_nc_sub_version, rand2, rand_get_state, rand_set_state,  # noqa: E402,F401
                            tensor_scalar_cumulative)
 

@@ -5,7 +5,8 @@ Functions that return tiles emit ``nki.isa`` instructions into the kernel being 
 from nki.dtypes import dtype_of as _dtype_of
 from nki.language.elementwise import *  # noqa: F401,F403
 from nki.language.elementwise import BINARY as _BINARY, UNARY as _UNARY, invert, logical_not, reciprocal, where
-from nki.language.loops import affine_range, num_programs, program_id, program_ndim, sequential_range, static_range
+from nki.language.loops import (affine_range, dynamic_range, fori_loop, num_programs, program_id, program_ndim,
+                                sequential_range, static_range, while_loop)
 from nki.language.loops import range  # noqa: A004 (nl.range, as nki-library uses it)
 from nki.language.memory import (_assign, broadcast_to, copy, device_print, ds, empty_like, full, hbm, is_hbm,
                                  is_on_chip, is_psum, is_sbuf, load, ndarray, ones, private_hbm, psum,
