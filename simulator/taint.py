@@ -9,7 +9,7 @@ first read unwritten memory on the way to it. Plain DMAs and elementwise instruc
 by element, other engine instructions partition by partition (partition p of the result from partition p
 of each operand), matmuls line by line (a tainted stationary column taints a result row, a tainted
 moving column a result column); instructions that mix partitions (``CROSS_PARTITION``) taint their whole
-destination. The error names the first read, its operand and the place the garbage reached.
+destination unless their row places taints itself (``OpDef.taint``: nc_stream_shuffle by its mask). The error names the first read, its operand and the place the garbage reached.
 """
 from __future__ import annotations
 
@@ -60,15 +60,17 @@ class Taints:
         return elem if (elem >= 0).any() else None
 
     def write(self, ins: Instruction, categories: frozenset, ap: AccessPattern, root: str, size: int,
-              reads: list, ratio: int) -> None:
+              reads: list, ratio: int, spread=None) -> None:
         """Record the taint of a write from ``reads`` ((role, access pattern, taint or None) of what the
-        instruction read); raise when garbage reaches memory the caller sees."""
+        instruction read); raise when garbage reaches memory the caller sees. ``spread``: the row's own
+        placement of an operand's taint (``OpDef.taint``)."""
         reads = [(role, r_ap, t) for role, r_ap, t in reads if t is not None]
         if not reads and root not in self.arrays:
             return
         out = np.full(ap.shape, CLEAN, dtype=np.int32)
         for role, r_ap, t in reads:
-            out = earliest(out, _spread(t, role, r_ap, ap, categories))
+            out = earliest(out, spread(ins, role, t, ap) if spread is not None else
+                           _spread(t, role, r_ap, ap, categories))
         if root in self.visible and (out >= 0).any():
             raise self.error(int(out[out >= 0].min()), ins, ap)
         view = self._view(self._get(root, size), ap)
@@ -80,6 +82,12 @@ class Taints:
         where = f" (written at {reached.loc})" if reached.loc and reached is not first else ""
         return fail("read-uninitialized", f"reads {missing} of {ap.size} elements of '{ap.tensor}' that nothing "
                     f"wrote, and the result reaches '{dst.tensor}'{where}", first, self.program, role, ap)
+
+
+def per_partition(t: np.ndarray) -> np.ndarray:
+    """The earliest taint of each partition (dim 0) of ``t``."""
+    per = np.where(t < 0, np.iinfo(np.int32).max, t).reshape(t.shape[0], -1).min(axis=1)
+    return np.where(per == np.iinfo(np.int32).max, CLEAN, per).astype(np.int32)
 
 
 def _whole(t: np.ndarray, shape: tuple) -> np.ndarray:
@@ -106,9 +114,7 @@ def _spread(t: np.ndarray, role: str, src: AccessPattern, dst: AccessPattern, ca
         return np.broadcast_to(t, shape)
     if t.ndim >= 1 and len(shape) >= 1 and t.shape[0] == shape[0]:
         # Engines work partition by partition: partition p of the result depends on partition p only.
-        per = np.where(t < 0, np.iinfo(np.int32).max, t).reshape(t.shape[0], -1).min(axis=1)
-        per = np.where(per == np.iinfo(np.int32).max, CLEAN, per).astype(np.int32)
-        return np.broadcast_to(per.reshape((-1,) + (1,) * (len(shape) - 1)), shape)
+        return np.broadcast_to(per_partition(t).reshape((-1,) + (1,) * (len(shape) - 1)), shape)
     return _whole(t, shape)
 
 

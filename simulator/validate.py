@@ -182,7 +182,8 @@ def _dataflow(program: Program) -> None:
             if spec.kind == "constant":
                 raise fail("write-to-constant", f"writes constant '{ap.tensor}'", ins, program, role, ap)
             view = view_of(ap)
-            taint.write(ins, row.categories, ap, root, stamps_of(ap.tensor).size, read_taints, fam[ap.tensor][1])
+            taint.write(ins, row.categories, ap, root, stamps_of(ap.tensor).size, read_taints, fam[ap.tensor][1],
+                        row.taint)
             left = unwritten.get(root)
             if left:
                 unwritten[root] = left - int(np.count_nonzero(view == UNWRITTEN)) if _distinct(ap) else None

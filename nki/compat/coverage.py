@@ -25,10 +25,8 @@ MODULES = {
         "nki.compat.compiler:psum", "neuronxcc.nki.typing": "nki.compat.typing",
 }
 
-_HW = "semantics not fully specified in the public documentation; not guessed"
-GAPS = {
-    "nki.isa.nonzero_with_count": _HW,
-}
+# Documented names with no simulation (key: module.name or a whole module; value: why). None today.
+GAPS: dict[str, str] = {}
 # Names that exist here and raise NotSimulatedError at the kernel line (nki.compat.extra.not_simulated).
 NOT_SIMULATED = {
     "neuronxcc.nki.language.gemm_grid": "undocumented stub with no described behaviour",

@@ -307,7 +307,8 @@ from nki.isa.extra import (dma_transpose, dropout, max8, nc_find_index8, nc_matc
                            nc_n_gather, nc_stream_shuffle, range_select, rng, scalar_tensor_tensor,
                            select_reduce, set_rng_seed, tensor_partition_reduce, tensor_scalar_reduce,
                            tensor_tensor_scan, topk)
-from nki.isa.extra import (activate2, dma_compute, exponential, local_gather, sequence_bounds)  # noqa: E402,F401
+from nki.isa.extra import (activate2, dma_compute, exponential, local_gather, nonzero_with_count,  # noqa: E402,F401
+                           sequence_bounds)
 from nki.isa.mx import nc_matmul_mx, quantize_mx  # noqa: E402,F401
 from nki.isa.multicore import core_barrier, sendrecv  # noqa: E402,F401
 from nki.isa.registers import (VirtualRegister, register_alloc, register_load, register_move,  # noqa: E402,F401

@@ -252,6 +252,21 @@ def sequence_bounds(dst, segment_ids, name=None):
     return dst
 
 
+def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
+    """GpSimd (NeuronCore-v3+), on partitions 0, 16, 32, ... only (each GpSimd core reads and writes its
+    first partition; dst's other partitions keep their contents): with src's T free elements flattened,
+    dst[p, :N] = positions of the N nonzero elements + ``index_offset``, dst[p, N:T] = ``padding_val``,
+    dst[p, T] = N. dst has T + 1 elements per partition."""
+    _tile(dst, "dst"), _tile(src, "src")
+    step = _CORE_PARTITIONS
+    emit("nonzero_with_count", "gpsimd", {"dst": dst[0:dst.shape[0]:step]}, {"src": src[0:src.shape[0]:step]},
+         {"index_offset": int(index_offset), "padding_val": float(padding_val)})
+    return dst
+
+
+_CORE_PARTITIONS = 16   # each GpSimd core serves 16 contiguous partitions
+
+
 def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=oob_mode.error, name=None):
     """dst = srcs[0] * scales[0] + srcs[1] * scales[1] + ... in fp32 on a DMA queue (HBM or SBUF
     tensors of equal element counts, 1 to 16 sources). The hardware supports only ``reduce_op=nl.add``

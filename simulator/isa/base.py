@@ -51,6 +51,9 @@ class OpDef:
       (or no bind) runs ``execute`` instead. It must give ``execute``'s bits.
     - ``dynamic_reads``: source roles of which the instruction reads elements chosen by run-time values
       (indirect DMA tables, gather buffers): the dataflow checks cannot tell which, so skip them.
+    - ``taint(ins, role, t, dst_ap)``: where the per-element taint ``t`` of operand ``role`` lands in the
+      destination (an array of ``dst_ap.shape``), for rows whose data movement the category rules of
+      ``simulator.taint`` would over-approximate; None to use those rules.
     """
 
     opcode: str
@@ -63,13 +66,14 @@ class OpDef:
     reads_dst: Callable = staticmethod(lambda ins: False)
     bind: Callable | None = None
     dynamic_reads: frozenset = frozenset()
+    taint: Callable | None = None
 
 
 OPS: dict[str, OpDef] = {}
 
 
 def register(opcode: str, *, engines, execute, cost, rules=None, categories=(), reads_dst=None,
-             dynamic_reads=(), doc: str | None = None, bind=None) -> OpDef:
+             dynamic_reads=(), taint=None, doc: str | None = None, bind=None) -> OpDef:
     """Add a row to the instruction table (``doc`` defaults to ``execute``'s docstring).
 
     ``rules`` must be stated, ``()`` when no operand rule applies, so no row silently skips validation.
@@ -80,7 +84,7 @@ def register(opcode: str, *, engines, execute, cost, rules=None, categories=(), 
         raise ValueError(f"instruction {opcode!r}: state its operand rules (rules=() if none apply)")
     row = OpDef(opcode, frozenset(engines), (doc or execute.__doc__ or "").strip(), execute, cost,
                 tuple(rules), frozenset(categories), reads_dst or (lambda ins: False), bind,
-                frozenset(dynamic_reads))
+                frozenset(dynamic_reads), taint)
     OPS[opcode] = row
     return row
 

@@ -1,5 +1,6 @@
-"""GpSimd index instructions: local_gather (a gather shared by the 16 partitions of each GpSimd core)
-and sequence_bounds (segment start/end per element).
+"""GpSimd index instructions: local_gather (a gather shared by the 16 partitions of each GpSimd core),
+sequence_bounds (segment start/end per element) and nonzero_with_count (indices of nonzero elements and
+their count, in the first partition of each GpSimd core).
 
 Both follow the numpy references AWS publishes beside their docs (nki/test/test_nki_isa_local_gather.py,
 the sequence_bounds API page and nki/test's sequence_bounds example).
@@ -10,7 +11,7 @@ import numpy as np
 
 from simulator import cost_rules as cr
 from simulator.isa.base import CROSS_PARTITION, ELEMENTWISE, f32, free_elems, register, store
-from simulator.rules import COMPUTE_RULES, fail, partitions
+from simulator.rules import COMPUTE_RULES, fail, partition_step, partitions
 
 CORE_PARTITIONS = 16                     # each of the 8 GpSimd cores serves 16 contiguous partitions
 GATHER_ELEMS_PER_IDX = (1, 2, 4, 8, 16, 32)
@@ -124,3 +125,52 @@ register("sequence_bounds", engines={"gpsimd"}, execute=_sequence_bounds,
          cost=lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(2 * _free(ins.src["segment_ids"])
                                                          * cr.stride_slowdown(ins, p)), t, "gpsimd"),
          rules=COMPUTE_RULES + (_sequence_bounds_rules,), categories={CROSS_PARTITION, ELEMENTWISE})
+
+
+# -- nonzero_with_count ---------------------------------------------------------------------------------------
+def _nonzero_with_count(ins, src, dst, ctx):
+    """Per partition (the operands are the first partition of each GpSimd core, partitions 0, 16, ...):
+    with the T source elements flattened, dst[:N] = positions of the N nonzero elements + index_offset,
+    dst[N:T] = padding_val, dst[T] = N."""
+    data, out = src["src"], dst["dst"]
+    p = data.shape[0]
+    flat = f32(data).reshape(p, -1)
+    t = flat.shape[1]
+    res = np.full((p, t + 1), float(ins.attrs.get("padding_val", -1)), dtype=np.float64)
+    offset = int(ins.attrs.get("index_offset", 0))
+    for r in range(p):
+        nz = np.flatnonzero(flat[r] != 0)
+        res[r, :nz.size] = nz + offset
+        res[r, t] = nz.size
+    store(out, res.reshape(out.shape))
+
+
+def _nonzero_rules(ins, program, target):
+    """NeuronCore-v3 and newer; src and dst in SBUF on the first partition of GpSimd cores (partitions
+    0, 16, 32, ...); dst holds one element more per partition than src (the count)."""
+    if target.nc_version == "gen2":
+        raise fail("target", "nonzero_with_count needs NeuronCore-v3 or newer (trn2, trn3)", ins, program, "dst")
+    s, d = ins.src["src"], ins.dst["dst"]
+    for role, ap in (("src", s), ("dst", d)):
+        spec = program.tensor_of(ap)
+        if spec.buffer != "sbuf":
+            raise fail("buffer", f"{role} must be in SBUF", ins, program, role)
+        if partitions(ap) > 1 and ap.dims[0][0] != CORE_PARTITIONS * spec.free_size:
+            raise fail("partition-step", f"{role} is read on partitions 0, 16, 32, ... (one per GpSimd core)",
+                       ins, program, role)
+        if (ap.offset // spec.free_size) % CORE_PARTITIONS:
+            raise fail("start-partition", f"{role} starts on the first partition of a GpSimd core", ins, program, role)
+    if partitions(s) != partitions(d):
+        raise fail("shape-mismatch", "src and dst span the same GpSimd cores", ins, program, "dst")
+    if _free(d) != _free(s) + 1:
+        raise fail("shape-mismatch", f"dst holds {_free(s) + 1} elements per partition (the {_free(s)} indices "
+                   "and the count)", ins, program, "dst")
+
+
+register("nonzero_with_count", engines={"gpsimd"}, execute=_nonzero_with_count,
+         # Estimate (not published): one pass over the elements of a partition.
+         cost=lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(_free(ins.src["src"]) * cr.stride_slowdown(ins, p)),
+                                           t, "gpsimd"),
+         # Partition p of dst from partition p of src: no category needed; partitions step by 16, so the
+         # generic consecutive-partition rule is replaced by the row's own.
+         rules=tuple(r for r in COMPUTE_RULES if r is not partition_step) + (_nonzero_rules,))

@@ -9,6 +9,7 @@ from simulator.isa import alu
 from simulator.isa.base import CROSS_PARTITION, DMA, ELEMENTWISE, REDUCE, f32, free_elems, register, store
 from simulator.isa.dma import _dma_cost, _dma_rules
 from simulator.rules import COMPUTE_RULES, fail, partitions
+from simulator.taint import CLEAN, per_partition
 
 QUADRANT = 32          # nc_stream_shuffle moves data within groups of 32 partitions
 SHUFFLE_SKIP = 255     # a mask entry that leaves the output partition unmodified
@@ -64,11 +65,26 @@ def _shuffle_rules(ins, program, target):
         raise fail("dtype-mismatch", "src and dst have the same dtype", ins, program, "src")
 
 
+def _shuffle_taint(ins, role, t, dst):
+    """Partition q + i of dst takes the taint of src partition q + mask[i], or keeps its own (mask 255)."""
+    mask, per = ins.attrs["shuffle_mask"], per_partition(t)
+    out = np.full(dst.shape[0], CLEAN, dtype=np.int32)
+    for q in range(0, dst.shape[0], QUADRANT):
+        for i, m in enumerate(mask):
+            if q + i >= dst.shape[0]:
+                break
+            if role == "src" and m != SHUFFLE_SKIP and q + m < per.size:
+                out[q + i] = per[q + m]
+            elif role != "src" and m == SHUFFLE_SKIP:
+                out[q + i] = per[q + i]
+    return np.broadcast_to(out.reshape((-1,) + (1,) * (len(dst.shape) - 1)), dst.shape)
+
+
 register("nc_stream_shuffle", engines={"vector"}, execute=_shuffle,
          cost=lambda ins, p, t: cr.seconds(cr.vector_cycles(free_elems(ins.src["src"].shape)
                                                          * cr.stride_slowdown(ins, p)), t, "vector"),
          rules=COMPUTE_RULES + (_shuffle_rules,), categories={CROSS_PARTITION, ELEMENTWISE},
-         reads_dst=lambda ins: SHUFFLE_SKIP in ins.attrs["shuffle_mask"])
+         reads_dst=lambda ins: SHUFFLE_SKIP in ins.attrs["shuffle_mask"], taint=_shuffle_taint)
 
 
 def _dma_transpose(ins, src, dst, ctx):

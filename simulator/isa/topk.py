@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator import cost_rules as cr
-from simulator.isa.base import REDUCE, f32, register, store
+from simulator.isa.base import CROSS_PARTITION, REDUCE, f32, register, store
 from simulator.isa.select import _gen3_only
 from simulator.rules import COMPUTE_RULES, fail, partitions
 
@@ -99,4 +99,4 @@ def _cost(ins, program, target):
 
 
 register("topk", engines={"gpsimd"}, execute=_topk, cost=_cost, rules=COMPUTE_RULES + (_rules,),
-         categories={REDUCE})
+         categories={REDUCE, CROSS_PARTITION})   # a result draws on its group's 16 partitions

@@ -97,6 +97,30 @@ def test_garbage_reaching_an_output_names_the_first_read():
     assert "reaches 'o'" in str(e) and "kern.py:7" in str(e)
 
 
+def _shuffle_program(mask_head, store_rows):
+    """Partitions 0..31 of 'q' (32 partitions): only partition 16 written; a shuffle moves partitions by
+    ``mask_head`` + 255s (left unmodified) in place; then ``store_rows`` partitions go to the output."""
+    t = [TensorSpec("q", (32, 4), "float32", "sbuf"), TensorSpec("o", (1, 4), "float32", "hbm")]
+    one = Instruction("memset", "vector", {"dst": ap("q", (1, 4), offset=16 * 4)}, {}, {"value": 1.0}, loc(1))
+    shuffle = Instruction("nc_stream_shuffle", "vector", {"dst": ap("q", (32, 4))}, {"src": ap("q", (32, 4))},
+                          {"shuffle_mask": list(mask_head) + [255] * (32 - len(mask_head))}, loc(2))
+    out = Instruction("dma_copy", "dma", {"dst": ap("o", (1, 4))}, {"src": ap("q", (1, 4), offset=store_rows * 4)},
+                      {}, loc(3))
+    return build(t, [one, shuffle, out], outputs=["o"])
+
+
+def test_a_shuffle_moves_taints_partition_by_partition():
+    """nc_stream_shuffle: partition i takes partition mask[i]'s values (or keeps its own for 255), so only
+    the garbage of the partitions it moves travels."""
+    validate(_shuffle_program([16], 0), TRN2, rules=False)        # written partition 16 lands on 0
+    validate(_shuffle_program([16], 16), TRN2, rules=False)       # 16 kept its own (mask 255)
+    for program in (_shuffle_program([5], 0),                     # unwritten partition 5 lands on 0
+                    _shuffle_program([16], 3)):                   # 3 kept its garbage
+        with pytest.raises(KernelRuleError) as info:
+            validate(program, TRN2, rules=False)
+        assert info.value.rule == "read-uninitialized" and "reaches 'o'" in str(info.value)
+
+
 def test_writing_an_input_is_allowed():
     """Kernels write output tensors their caller passes in (AWS NKI kernels take ``out`` arguments)."""
     t = [TensorSpec("x", (4, 4), "float32", "sbuf", "input")]
