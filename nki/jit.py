@@ -199,7 +199,7 @@ class JitKernel:
         rank, nki.multicore.run_ranks) every rank's instances, each rank with its own inputs and outputs.
         ``with_data``: run the instructions on the call's inputs while tracing, so control flow on
         registers takes the path of this data (nki.runtime); the Program is marked data-dependent."""
-        from nki import multicore
+        from nki import multicore, placement
         b = tracing.Builder(self.fn.__name__, target)
         b.grid = self.grid
         b.n_ranks = len(ranks) if ranks else 1
@@ -243,6 +243,7 @@ class JitKernel:
         if b.syncs:
             multicore.merge(b)   # before finish(): synchronisation points are instruction indices
         b.finish()
+        placement.check(b)   # direct allocation: block lifetimes over the final instruction order
         if ranks:
             b.program.meta["ranks"] = len(ranks)
         if with_data:

@@ -82,10 +82,14 @@ class NkiTensor:
         return True
 
     def to_ap(self) -> AccessPattern:
-        """The access pattern of this view (what instructions record)."""
+        """The access pattern of this view (what instructions record). A view of a directly allocated
+        tensor (nki.placement) becomes an access pattern of its physical storage."""
         if self.indirect is not None:
             from nki import indirect
             raise indirect.refuse(self)
+        if getattr(self.spec, "placement", None) is not None:
+            from nki.placement import view_ap
+            return view_ap(self.spec, self.offset, self.dims)
         return AccessPattern(self.name, self.offset, self.dims)
 
     def is_contiguous(self) -> bool:
@@ -392,6 +396,7 @@ def _accumulate_matmul(t: NkiTensor, other) -> bool:
             or other.shape != t.shape:
         return False
     last.dst = {"dst": t.to_ap()}
+    b.forget_psum(other.name)
     last.attrs["accumulate"] = b.psum_written(t.to_ap())
     check_instruction(last, b.program, b.target)
     b._track_psum(last)

@@ -178,8 +178,15 @@ class Builder:
         except KernelRuleError:
             last.dst = old
             return False
+        self.forget_psum(value.tensor)
         self._track_psum(last)
         return True
+
+    def forget_psum(self, name: str) -> None:
+        """Drop the PSUM bookkeeping of a tile no instruction writes any more (its only writer was
+        retargeted): a long kernel makes thousands of such temporaries."""
+        self._psum_by_matmul.pop(name, None)
+        self._psum_written.pop(name, None)
 
     # PSUM accumulation auto-detection (nc_matmul accumulate=None): the first matmul write to a PSUM
     # location overwrites; later matmul writes accumulate; any other write ends the group.
@@ -197,14 +204,20 @@ class Builder:
 
     def psum_accumulating(self, ap: AccessPattern) -> bool:
         """True when a matmul wrote part of ``ap`` and nothing else wrote it since (an open group)."""
-        return self._any(ap, self._psum_by_matmul)
+        from nki import placement
+        logical = placement.written(self, ap, by_matmul=True)   # direct allocation: per logical block
+        return self._any(ap, self._psum_by_matmul) if logical is None else logical
 
     def psum_written(self, ap: AccessPattern) -> bool:
         """True when any instruction so far wrote part of PSUM view ``ap``."""
-        return self._any(ap, self._psum_written)
+        from nki import placement
+        logical = placement.written(self, ap)
+        return self._any(ap, self._psum_written) if logical is None else logical
 
     def _track_psum(self, ins: Instruction) -> None:
         from numpy.lib.stride_tricks import as_strided
+        from nki import placement
+        placement.note_writes(self, ins)
         for ap in ins.src.values():
             if isinstance(ap, AccessPattern) and ap.tensor in self._psum_zeroed:
                 self._zero_marks(ap)[...] = -1   # the zeros were read: that memset must run

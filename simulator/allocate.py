@@ -187,13 +187,15 @@ def _lowest(units, capacity, placed: _Placed):
     return None
 
 
-def _search(units, capacity, align: int, budget: int):
+def _search(units, capacity, align: int, budget: int, fixed: dict | None = None):
     """Depth-first search in order of first use, at most ``budget`` steps. Returns (addresses, proven):
     the addresses of a complete placement or None, and whether no placement exists for certain. With few
     slots (PSUM's banks) every aligned address is tried, so an exhausted search proves there is none;
     otherwise only the addresses next to overlapping tiles and the two ends are tried."""
     order = sorted(units, key=lambda u: (u.first, -u.size, u.last))
     placed = _Placed()
+    for u, addr in (fixed or {}).items():
+        placed.add(u, addr)
     complete = capacity // align <= EXHAUSTIVE_SLOTS
     steps = 0
 
@@ -232,23 +234,27 @@ SEARCH_BUDGET = 20000     # placement steps of the last-resort search
 EXHAUSTIVE_SLOTS = 16     # the search tries every address when the buffer has at most this many slots
 
 
-def _place(units: list[_Unit], capacity: int, align: int):
-    """(addresses, None, None) from the first strategy that places every unit; else (None, the first
-    strategy's failure, whether a search proved that no placement exists)."""
+def _place(units: list[_Unit], capacity: int, align: int, fixed: dict | None = None):
+    """(addresses, None, None) from the first strategy that places every unit around the ``fixed`` ones
+    (unit -> address the kernel chose); else (None, the first strategy's failure, whether a search proved
+    that no placement exists)."""
+    fixed = fixed or {}
     first_failure = None
     size_key = lambda u: (-u.size, u.first - u.last, u.first)
     overloaded = None   # when the tiles live at some moment exceed the capacity, no strategy can help
     big = sorted((u for u in units if u.size >= capacity * BIG_TILE_FRACTION), key=size_key)
     for strategy in STRATEGIES:
-        placed = _Placed(indexed=strategy != "next fit")
+        placed = _Placed(indexed=strategy != "next fit" or bool(fixed))
+        for u, addr in fixed.items():
+            placed.add(u, addr)
         if strategy == "next fit":
-            failed = _next_fit(units, capacity, placed, set())
+            failed = _next_fit(units, capacity, placed, set(fixed))
         elif strategy == "first fit":
             failed = _lowest(units, capacity, placed)
         elif strategy == "big first":
             if not big or len(big) == len(units):
                 continue
-            failed = _lowest(big, capacity, placed) or _next_fit(units, capacity, placed, set(big))
+            failed = _lowest(big, capacity, placed) or _next_fit(units, capacity, placed, set(big) | set(fixed))
         elif strategy == "largest first":
             failed = _lowest(sorted(units, key=size_key), capacity, placed)
         elif strategy == "longest first":
@@ -260,10 +266,10 @@ def _place(units: list[_Unit], capacity: int, align: int):
             return placed.addr, None, None
         first_failure = first_failure or failed
         if overloaded is None:
-            overloaded = _peak_load(units) > capacity
+            overloaded = _peak_load(units + list(fixed)) > capacity
         if overloaded:
             return None, first_failure, True
-    addrs, exhausted = _search(units, capacity, align, SEARCH_BUDGET)
+    addrs, exhausted = _search(units, capacity, align, SEARCH_BUDGET, fixed)
     if addrs is not None:
         return addrs, None, None
     return None, first_failure, exhausted
@@ -318,7 +324,10 @@ def allocate(program: Program, target) -> Allocation:
     # Each core of a multi-core launch (TensorSpec.core) has its own SBUF and PSUM.
     for buffer, core in sorted({(program.tensors[n].buffer, program.tensors[n].core) for n in live}):
         units = _units(program, live, buffer, unit[buffer], core)
-        addrs, failed, exhausted = _place(units, capacity[buffer], unit[buffer])
+        # Tensors the kernel placed itself (direct allocation) keep their address; the rest go around them.
+        fixed = {u: program.tensors[u.name].address for u in units if program.tensors[u.name].pinned}
+        free = [u for u in units if u not in fixed]
+        addrs, failed, exhausted = _place(free, capacity[buffer], unit[buffer], fixed)
         if addrs is None:
             raise _error(program, target, buffer, units, failed, capacity[buffer], exhausted)
         blocks: dict[str, dict[int, int]] = {}

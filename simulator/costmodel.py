@@ -108,7 +108,7 @@ class _Tracker:
             root = program.root(name)
             if root.kind in ("input", "constant") and root.name not in written:
                 self.regions[name] = None  # never written: reads need no tracking
-            elif spec.on_chip and logical_psum and spec.buffer == "psum":
+            elif spec.on_chip and logical_psum and spec.buffer == "psum" and not root.pinned:
                 # PSUM banks are assigned while scheduling (issue.PsumBanks): only true data dependencies.
                 self.regions[name] = (root.name, max(1, spec.free_size), spec.np_dtype.itemsize, 0)
             elif spec.on_chip:

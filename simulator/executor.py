@@ -160,9 +160,14 @@ class Executor:
 
     def __init__(self, program: Program, target=None, *, checked: bool = False):
         engine_tables(self, program, target, checked)
+        # Buffers only for the tensors instructions use: tracing leaves tiles behind that were written in
+        # place of their destination (thousands in a long kernel), which would cost memory for nothing.
+        used = {self._index[ap.tensor] for ins in program.instructions
+                for ap in (*ins.dst.values(), *ins.src.values())}
+        used |= {self._aliases[i] for i in used if i in self._aliases}
         self._internal = [i for i, s in enumerate(self._specs)
                           if s.kind not in ("input", "constant") and i not in self._outputs
-                          and i not in self._aliases]
+                          and i not in self._aliases and i in used]
         self._ops = []
         written = set()
         for ins in program.instructions:

@@ -124,8 +124,10 @@ class PsumBanks:
 
     def _tiles(self, ins):
         tensors = self.program.tensors
+        # Tiles the kernel placed itself (direct allocation) keep their banks: the scheduler hands out none.
         return {self.program.root(ap.tensor).name for ap in (*ins.src.values(), *ins.dst.values())
-                if isinstance(ap, AccessPattern) and tensors[ap.tensor].buffer == "psum"}
+                if isinstance(ap, AccessPattern) and tensors[ap.tensor].buffer == "psum"
+                and not self.program.root(ap.tensor).pinned}
 
     def ready(self, idx: int) -> tuple[float, int]:
         """(earliest start the banks for the PSUM tiles instruction ``idx`` opens allow, the instruction

@@ -38,6 +38,8 @@ class TensorSpec:
     ``block_bytes``: an on-chip tensor declared with block dims ahead of its partition dim (the old
     dialect's ``nl.ndarray((n, nl.par_dim(128), 512), ...)``) is a row of blocks of this many bytes per
     partition, each allocated for its own live range at ``block_addresses[b]`` (``address`` is block 0's).
+    ``pinned``: the kernel chose ``address`` (direct allocation); the allocator keeps it and places the
+    other tensors around it.
     """
 
     name: str
@@ -52,6 +54,7 @@ class TensorSpec:
     block_bytes: int | None = None
     block_addresses: tuple[int, ...] | None = None
     core: int = 0
+    pinned: bool = False
 
     @property
     def blocks(self) -> int:
@@ -91,6 +94,8 @@ class TensorSpec:
             d["block_addresses"] = None if self.block_addresses is None else list(self.block_addresses)
         if self.core:
             d["core"] = self.core
+        if self.pinned:
+            d["pinned"] = True
         return d
 
     @classmethod
@@ -99,7 +104,8 @@ class TensorSpec:
         blocks = d.get("block_addresses")
         return cls(d["name"], tuple(d["shape"]), d["dtype"], d["buffer"], d.get("kind", "internal"),
                    SourceLoc.from_json(d.get("loc")), d.get("address"), data, d.get("alias_of"),
-                   d.get("block_bytes"), None if blocks is None else tuple(blocks), d.get("core", 0))
+                   d.get("block_bytes"), None if blocks is None else tuple(blocks), d.get("core", 0),
+                   d.get("pinned", False))
 
 
 @dataclass(frozen=True)

@@ -71,10 +71,11 @@ NOTES = {
     "nki.isa.core_barrier": "between the program instances of a launch (e.g. kernel[nl.nc(2)])",
     "nki.isa.sendrecv": "between the program instances of a launch; every instance joins the exchange",
     "neuronxcc.nki.language.all_reduce": "across the SPMD program instances along program_axes",
-    "neuronxcc.nki.compiler.sbuf.alloc": "accepted; nkihub places the tensor (requested addresses not honoured)",
-    "neuronxcc.nki.compiler.psum.alloc": "accepted; nkihub places the tensor (requested addresses not honoured)",
-    "neuronxcc.nki.compiler.sbuf.mod_alloc": "accepted; nkihub places the tensor, each logical block its own",
-    "neuronxcc.nki.compiler.psum.mod_alloc": "accepted; nkihub places the tensor, each logical block its own",
+    "neuronxcc.nki.compiler.sbuf.alloc": "each logical block at the tile the function names (nki.placement); "
+        "overlap, capacity and start-partition errors; automatic tiles go around them",
+    "neuronxcc.nki.compiler.psum.alloc": "each logical block in the bank the function names (nki.placement)",
+    "neuronxcc.nki.compiler.sbuf.mod_alloc": "the docs' modulo rule; blocks on one tile share its bytes",
+    "neuronxcc.nki.compiler.psum.mod_alloc": "the docs' modulo rule over banks; blocks on one bank share it",
 }
 
 

@@ -8,12 +8,17 @@ from __future__ import annotations
 import builtins
 import functools
 import inspect
+import itertools
 import math
 
 import numpy as np
 
 import nki.language as _nl
 from nki import isa as _nisa
+from nki import placement
+from nki.compat.compiler import DirectBuffer
+from nki.language.memory import _dtname
+from nki.language.wide import per_instruction
 from nki.compat import deferred
 from nki.compat.affine import PendingView, Predicate, arange, mgrid, resolve, restrict  # noqa: F401
 from nki.language import *  # noqa: F401,F403  (the names both dialects share)
@@ -84,14 +89,24 @@ def _block_view(t: NkiTensor, k: int) -> NkiTensor:
 
 
 def ndarray(shape, dtype, *, buffer=None, name=None, **kwargs):
-    """A new tensor; ``nl.par_dim`` in ``shape`` marks the partition dim after leading block dims."""
+    """A new tensor; ``nl.par_dim`` in ``shape`` marks the partition dim after leading block dims. A
+    direct-allocation ``buffer`` (``ncc.sbuf.mod_alloc(...)`` ...) places each block itself."""
     k, storage = _split(shape)
+    if isinstance(buffer, DirectBuffer):
+        spec = placement.declare(tuple(int(s) for s in storage), k, _dtname(dtype), buffer.name, buffer.locate,
+                                 name)
+        return _block_view(NkiTensor(spec), k)
     return _block_view(_nl.ndarray(storage, dtype, buffer=buffer, name=name), k)
 
 
 def full(shape, fill_value, dtype, *, buffer=None, name=None, **kwargs):
     """A new on-chip tile (block dims allowed) filled with ``fill_value``."""
     k, storage = _split(shape)
+    if isinstance(buffer, DirectBuffer):
+        t = ndarray(shape, dtype, buffer=buffer, name=name)
+        for idx in itertools.product(*(range(n) for n in t.shape[:k])):   # block by block: they may share bytes
+            per_instruction(_nisa.memset, t[idx] if idx else t, fill_value)
+        return t
     return _block_view(_nl.full(storage, fill_value, dtype, buffer=buffer, name=name), k)
 
 
@@ -256,9 +271,12 @@ def program_id(axis):
     return _nl.program_id(axis)
 
 
-def affine_range(*args, **kwargs):
-    """``range`` whose iterations are independent (unrolled at trace time)."""
-    return _nl.affine_range(*args)
+def affine_range(*args, precise_schedule=False, **kwargs):
+    """``range`` whose iterations are independent (unrolled at trace time). ``precise_schedule=True`` (not
+    in the public docs; nki-samples' pipelined_attention passes it for a software-pipelined loop whose
+    iterations hand values to the next) asks the compiler to keep the kernel's order: an in-order loop
+    here, where iterations may carry values."""
+    return _nl.sequential_range(*args) if precise_schedule else _nl.affine_range(*args)
 
 
 def sequential_range(*args, **kwargs):

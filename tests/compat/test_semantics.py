@@ -106,3 +106,20 @@ def test_load_transpose2d_and_tensor_methods():
         return out
     x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
     np.testing.assert_array_equal(k(x), x.T)
+
+
+def test_affine_range_with_precise_schedule_keeps_the_kernel_order():
+    # precise_schedule=True (not in the public docs; nki-samples' pipelined_attention passes it) keeps the
+    # kernel's order: an iteration may use what the one before wrote.
+    @nki.jit
+    def running(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        acc = nl.zeros((128, x.shape[1]), nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(x.shape[0] // 128, precise_schedule=True):
+            acc = nl.add(acc, nl.load(x[i * 128:(i + 1) * 128, :]))
+            nl.store(out[i * 128:(i + 1) * 128, :], acc)
+        return out
+
+    x = np.random.default_rng(7).standard_normal((256, 8)).astype(np.float32)
+    np.testing.assert_allclose(running(x), np.concatenate([x[:128], x[:128] + x[128:]]), rtol=1e-6)
+    assert [lp.kind for lp in running.trace(x).loops.values()] == ["sequential"]
