@@ -121,6 +121,42 @@ def tune_package(package_dir, targets=TARGETS, **kw) -> tuple[Path, list]:
     return path, results
 
 
+def recheck(package_dir) -> list[dict]:
+    """Re-estimate every entry of ``package_dir``'s tuned.json, its tuned config and its default, under
+    the current cost rules (estimate only: traced and checked against the rules at the full shapes,
+    nothing simulated). Cost rules and kernels change after a sweep; a row whose figures moved from the
+    stored ones, or whose tuned config no longer beats its default, says ``kernels tune`` must run again.
+
+    Returns one dict per entry: kernel, target, shapes, config, default, ``stored_us``/``stored_default_us``
+    (tuned.json) and ``tuned_us``/``default_us`` (now; None with ``reason`` when the candidate fails).
+    """
+    from nki.autotune.candidate import OK, KernelRef, Task, evaluate, specs
+    from nki.autotune.space import Config
+    package_dir = Path(package_dir)
+    package = read_kernel_spec(package_dir)["package"]
+    path = package_dir / FILE
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    rows = []
+    for k in tuning_spec(package_dir):
+        kernel = _kernel(package_dir, package, k["kernel"])
+        entries = data.get("kernels", {}).get(k["kernel"], [])
+        for case in k["cases"]:
+            args = [parse_arg(a) for a in case["args"]]
+            key = tensor_key(args)
+            for e in (e for e in entries if e["tensors"] == key):
+                row = {"kernel": k["kernel"], "target": e["target"], "shapes": " ".join(map(str, case["args"][:3])),
+                       "config": e["config"], "default": e["default"], "stored_us": e["estimate_us"],
+                       "stored_default_us": e.get("default_us"), "reason": ""}
+                for field, config in (("tuned_us", e["config"]), ("default_us", e["default"])):
+                    r = evaluate(Task(KernelRef.of(kernel), Config(config), e["target"], specs(args)), kernel) \
+                        if config is not None else None
+                    row[field] = round(r.latency_s * 1e6, 3) if r is not None and r.status == OK else None
+                    if r is not None and r.status != OK:
+                        row["reason"] = f"{field[:-3]} {r.status}: {r.reason}"
+                rows.append(row)
+    return rows
+
+
 def dumps(data: dict) -> str:
     """tuned.json text: one line per entry, so a retune shows as a readable diff."""
     kernels = ",\n".join(f"  {json.dumps(name)}: [\n" + ",\n".join(f"   {json.dumps(e)}" for e in entries) + "\n  ]"

@@ -80,6 +80,34 @@ def test_kernels_tune_then_publish_carries_the_tuned_config_to_users(small_matmu
     assert pkg._tuned.lookup(pkg.matmul_kernel, [a[:128], b]) is None
 
 
+def test_recheck_flags_tuned_entries_that_cost_rules_made_stale(small_matmul, capsys):
+    """`kernels tune --recheck` re-estimates tuned.json without a sweep: figures that moved or a tuned
+    config now slower than its default exit 1 with the way to regenerate."""
+    from kernels.tuning import dumps, recheck
+    tensors = [[[256, 512], "bfloat16"], [[512, 1024], "bfloat16"]]
+
+    def write(config, default, stored, stored_default):
+        entry = {"target": "trn2", "tensors": tensors, "config": config, "estimate_us": stored,
+                 "default": default, "default_us": stored_default, "candidates": 4, "passed": 4}
+        (small_matmul / "tuned.json").write_text(dumps({"version": 1, "note": "", "kernels": {"matmul_kernel": [entry]}}))
+
+    a, b = {"k_group": 1, "m_tiles": 1}, {"k_group": 4, "m_tiles": 4}
+    write(a, b, 1.0, 1.0)
+    [row] = recheck(small_matmul)
+    assert row["tuned_us"] and row["default_us"] and row["tuned_us"] != row["default_us"]
+    assert main(["tune", "--recheck", str(small_matmul)]) == 1
+    assert "estimates moved since the sweep" in capsys.readouterr().out
+    fast, slow = (a, b) if row["tuned_us"] < row["default_us"] else (b, a)
+    us = {str(a): row["tuned_us"], str(b): row["default_us"]}
+    write(fast, slow, us[str(fast)], us[str(slow)])
+    assert main(["tune", "--recheck", str(small_matmul)]) == 0
+    assert "| ok |" in capsys.readouterr().out
+    write(slow, fast, us[str(slow)], us[str(fast)])
+    assert main(["tune", "--recheck", str(small_matmul)]) == 1
+    out = capsys.readouterr().out
+    assert "tuned config now slower than the default" in out and "kernels tune PATH" in out
+
+
 def test_configure_replaces_positional_and_keyword_values_and_skips_unknown_names(tmp_path, monkeypatch):
     src = tmp_path / "k.py"
     src.write_text("def kern(x, y, block=1, depth=2):\n    return x\n")
@@ -111,24 +139,21 @@ def test_library_tuning_specs_name_real_kernel_parameters(repo):
             assert n_args == len(case["check"]) and n_args + len(k["space"]) <= len(params)
 
 
-@pytest.mark.slow  # compiles every tuned entry of the library at its shapes (estimate mode: nothing runs)
+@pytest.mark.slow  # estimates every tuned entry of the library and its default at their shapes (nothing runs)
 @pytest.mark.parametrize("repo", sorted(LIBRARY))
-def test_library_tuned_configs_still_compile_at_their_shapes(repo, tmp_path, monkeypatch):
-    """A tuned.json older than a kernel change must not break a launch: every entry's config traces,
-    validates and allocates at its shapes on its target (retune with `kernels tune` when this fails)."""
-    import importlib
-
-    import nki
+def test_library_tuned_configs_still_compile_and_beat_their_defaults(repo, tmp_path, monkeypatch):
+    """A tuned.json older than a kernel or cost-rule change must not break a launch nor slow it: every
+    entry's config traces, validates and allocates at its shapes on its target, and its estimate is at
+    most its default's (within STALE, the move `kernels tune --recheck` reports). When this fails,
+    regenerate with `kernels tune kernels/library/NAME`."""
+    from kernels.cli.tune import STALE
+    from kernels.tuning import recheck
     monkeypatch.setenv("NKI_CACHE_DIR", str(tmp_path / "cache"))
     pkg = ROOT.joinpath(*LIBRARY[repo].split("."))
     if not (pkg / "tuned.json").is_file():
         pytest.skip(f"{repo} has no tuned.json")
-    kernels_mod = importlib.import_module(LIBRARY[repo] + ".nki_kernels")
-    data = json.loads((pkg / "tuned.json").read_text())
-    for k in tuning_spec(pkg):
-        kernel = getattr(kernels_mod, k["kernel"])
-        for case in k["cases"]:
-            args = [parse_arg(a) for a in case["args"]]
-            for e in data["kernels"].get(k["kernel"], []):
-                if e["tensors"] == tuned.tensor_key(args):
-                    nki.compile(kernel, *args, target=e["target"], **e["config"])
+    rows = recheck(pkg)
+    assert {r["target"] for r in rows} == {"trn1", "trn2"}
+    for r in rows:
+        assert r["tuned_us"] is not None and r["default_us"] is not None, r["reason"]
+        assert r["tuned_us"] <= r["default_us"] * (1 + STALE), r
