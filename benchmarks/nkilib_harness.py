@@ -95,13 +95,20 @@ def run_row(snapshot: str, name: str) -> dict:
     kernel = case.kernel if isinstance(case.kernel, nki.JitKernel) else nki.jit(case.kernel)
     launch = kernel[case.lnc] if case.lnc > 1 else kernel
     try:
-        launch.trace(**case.inputs)
+        if case.ranks is not None:   # ranks trace into one Program and run in one call
+            from nki.multicore import run_ranks
+            results = run_ranks(launch, case.ranks)
+        else:
+            launch.trace(**case.inputs)
     except Exception as exc:  # noqa: BLE001
         res["error"] = _first_line(exc, snapshot)
         return done()
     res["stage"] = "traces"
     try:
-        outs = [to_numpy(o) for o in _outputs(launch(**case.inputs))]
+        if case.ranks is not None:
+            outs = [to_numpy(o) for r in results for o in _outputs(r)]
+        else:
+            outs = [to_numpy(o) for o in _outputs(launch(**case.inputs))]
     except Exception as exc:  # noqa: BLE001
         res["error"] = _first_line(exc, snapshot)
         return done()

@@ -8,7 +8,10 @@
 
 Such a view is an operand of ``nisa.dma_copy`` (the DMA engines generate its descriptors at run time),
 which records one ``dma_copy_indirect`` instruction reading the offsets when it executes, so a Program
-keeps working for any index values. Indexing or reshaping an indirect view, or passing it to a compute
+keeps working for any index values. A gathering view may also be a source of ``nisa.dma_compute``: the
+gather is recorded as a ``dma_copy_indirect`` into an HBM staging tensor that the reduction then reads
+(the same values: the gather moves elements unchanged; the cost model sees one more DMA pass than the
+hardware's fused descriptors). Indexing or reshaping an indirect view, or passing it to a compute
 instruction, is refused.
 """
 from __future__ import annotations
@@ -87,3 +90,14 @@ def dma_copy(dst, src, oob_mode: str, dge_mode: str) -> None:
     else:
         b.emit("dma_copy_indirect", "dma", {"table": whole}, {"src": src.to_ap(), "offsets": ind.offsets.to_ap()},
                attrs)
+
+
+def staged(src, what: str, oob_mode: str = "error"):
+    """A gathering view ``src`` copied into a fresh HBM staging tensor of its shape and dtype (a
+    ``dma_copy_indirect``), returned as a plain tensor that a DMA reduction can read."""
+    from nki.tensor import NkiTensor
+    b = tracing.require(what)
+    spec = b.new_tensor(src.shape, src.spec.dtype, "hbm", name="gathered")
+    tmp = NkiTensor(spec)
+    dma_copy(tmp, src, oob_mode, "unknown")
+    return tmp

@@ -32,6 +32,10 @@ class Case:
     """What a row runs: ``kernel(**inputs)`` launched on ``lnc`` logical cores, compared output by
     output (in return order) with ``expected`` (a callable returning the reference outputs, or arrays),
     or validated by ``check`` where the library's test validates with its own code.
+
+    A multi-rank row (the library's ``collective_ranks=N`` tests) gives ``ranks``, one keyword-argument
+    dict per rank, instead of ``inputs``; the ranks run as one Program (``nki.multicore.run_ranks``) and
+    their outputs are compared rank by rank, in rank order, with ``expected()`` (all ranks' outputs, flat).
     """
 
     kernel: Callable
@@ -42,6 +46,7 @@ class Case:
     atol: float = 1e-8
     notes: str = ""
     check: Callable | None = None   # custom validation ``check(outputs) -> (ok, summary)`` replacing expected
+    ranks: list | None = None       # per-rank keyword arguments of a multi-rank launch (``inputs`` unused)
 
 
 def row(name: str, *, kernel: str, reference: str, source: str, needs: str = ""):

@@ -50,8 +50,8 @@ NOTES = {
     "nki.language.tfloat32": "stored as float32; tf32 matmul rounding not modelled",
     "nki.isa.local_gather": "follows AWS's numpy reference (indices are element offsets along the free axis, "
         "shared by a core's 16 partitions); out-of-bounds indices raise",
-    "nki.isa.dma_compute": "direct form only: vector_offset read-modify-write forms are not traced "
-        "(unique_indices, oob_mode accepted, no effect)",
+    "nki.isa.dma_compute": "a gathering source (vector_offset) is staged through HBM by a dma_copy_indirect; "
+        "an indirect destination (scatter read-modify-write, unique_indices) is refused",
     "nki.isa.exponential": "trn3 only; accumulator state lives in reduce_res (reduce_res with idle is rejected)",
     "nki.isa.activate2": "trn3 only; accumulator state lives in reduce_res (reduce_res with idle is rejected)",
     "nki.isa.quantize_mx": "trn3 only; block scale 2^(floor(log2 amax) - emax) as in OCP MX v1.0 and the "

@@ -270,11 +270,17 @@ _CORE_PARTITIONS = 16   # each GpSimd core serves 16 contiguous partitions
 def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=oob_mode.error, name=None):
     """dst = srcs[0] * scales[0] + srcs[1] * scales[1] + ... in fp32 on a DMA queue (HBM or SBUF
     tensors of equal element counts, 1 to 16 sources). The hardware supports only ``reduce_op=nl.add``
-    and scales of 1.0 (default). ``unique_indices``/``oob_mode`` apply to vector_offset
-    read-modify-write forms, which nkihub does not trace; they are accepted and have no effect."""
+    and scales of 1.0 (default). A source may be a gathering indirect view (``t.ap(...,
+    vector_offset=...)``, see ``nki.indirect.staged``), its out-of-bounds rows handled by ``oob_mode``.
+    ``unique_indices`` applies to vector_offset read-modify-write destinations, which nkihub does not
+    trace (such a ``dst`` is refused)."""
     _tile(dst, "dst")
     if isinstance(srcs, NkiTensor) or not srcs:
         raise ValueError("dma_compute: srcs is a non-empty list of tensors")
+    if any(isinstance(t, NkiTensor) and t.indirect is not None for t in srcs):
+        from nki import indirect
+        srcs = [indirect.staged(t, "nisa.dma_compute", _cmd(oob_mode))
+                if isinstance(t, NkiTensor) and t.indirect is not None else t for t in srcs]
     src = {f"src{i}": _tile(t, f"srcs[{i}]") for i, t in enumerate(srcs)}
     attrs = {"reduce_op": op_name(reduce_op)}
     if scales is not None:

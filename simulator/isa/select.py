@@ -111,9 +111,22 @@ def _missing(dtype: np.dtype) -> int:
 
 
 def _find_index8(ins, src, dst, ctx):
-    """dst[p, k] = the first index in data[p] (flattened free axes) equal to vals[p, k]."""
+    """dst[p, k] = the first index in data[p] (flattened free axes) equal to vals[p, k]; a value listed
+    more than once gets its next occurrence each time (its first, then its second, ...), as
+    nc_match_replace8 consumes repeated values. The ISA page speaks of unique values only; the repeated
+    case is an assumption taken from nki-library's topk_reduce, which lists token t eight times to find
+    the K rows that carry it."""
     out = dst["dst"]
-    idx = _first_index(_rows(f32(src["data"])), _rows(f32(src["vals"])), _missing(out.dtype))
+    x, vals = _rows(f32(src["data"])), _rows(f32(src["vals"]))
+    idx = _first_index(x, vals, _missing(out.dtype))
+    if ((vals[:, :, None] == vals[:, None, :]) & ~np.eye(vals.shape[1], dtype=bool)).any():   # consume matches in order of the vals, as nc_match_replace8 does
+        x, rows = x.copy(), np.arange(x.shape[0])
+        for j in range(vals.shape[1]):
+            hit = x == vals[:, j:j + 1]
+            found = hit.any(axis=1)
+            pos = hit.argmax(axis=1)
+            idx[:, j] = np.where(found, pos, _missing(out.dtype))
+            x[rows[found], pos[found]] = np.nan
     out[...] = idx.reshape(out.shape).astype(out.dtype)
 
 

@@ -101,6 +101,14 @@ def test_top8_family(p, f, seed):
     np.testing.assert_array_equal(rep, ref)
 
 
+def test_find_index8_gives_a_repeated_value_its_next_occurrence():
+    # Data holding 7 at positions 1, 4 and 6; asking for 7 three times finds all three, in order.
+    a = np.array([[0, 7, 2, 3, 7, 5, 7, 9]], np.float32)
+    vals = np.array([[7, 3, 7, 9, 7, 0, 2, 5]], np.float32)
+    idx = _run(lambda x, v, o: nisa.nc_find_index8(o, x, v), a, vals, out_shape=(1, 8), out_dtype=np.uint32)
+    np.testing.assert_array_equal(idx, [[1, 3, 4, 7, 6, 0, 2, 5]])
+
+
 def test_stream_shuffle_gather_transpose():
     a = _arr(0, (32, 8))
     mask = list(range(31, -1, -1))

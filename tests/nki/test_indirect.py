@@ -99,3 +99,23 @@ def test_indirect_views_are_dma_operands_only():
         return table
     with pytest.raises(KernelRuleError, match="indirect-access"):
         misuse(TABLE, np.array([[0]], np.int32))
+
+
+def test_dma_compute_adds_gathered_rows():
+    """A gathering view as a dma_compute source: each output row is acc + table[idx[i]] in fp32."""
+    @nki.jit
+    def add_rows(table, idx, acc):
+        ids = nl.ndarray(idx.shape, dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=ids, src=idx)
+        n, f = acc.shape
+        a = nl.ndarray((n, f), dtype=acc.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=acc)
+        rows = table.ap(pattern=[[f, n], [1, f]], offset=0, vector_offset=ids, indirect_dim=0)
+        nisa.dma_compute(dst=a, srcs=[rows, a], reduce_op=nl.add)
+        out = nl.ndarray((n, f), dtype=acc.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=a)
+        return out
+    acc = np.full((3, 4), 0.5, np.float32)
+    for idx in ([[9], [0], [9]], [[1], [2], [3]]):     # the same Program reads new indices
+        got = add_rows(TABLE, np.array(idx, np.int32), acc)
+        assert np.array_equal(got, TABLE[np.array(idx)[:, 0]] + 0.5)

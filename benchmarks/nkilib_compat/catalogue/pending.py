@@ -15,38 +15,8 @@ def _imports_then(lib, specs, reason):
     raise NotLaunchable(reason)
 
 
-MULTI_RANK = ("multi-rank launch (the test runs collective_ranks=N copies of the kernel that talk through "
-              "nki.collectives); the harness has no multi-rank launcher yet")
-
-
-@row("fine_grained_allgather", kernel="experimental.collectives.fg_allgather:fine_grained_allgather",
-     reference="the test's own (the gathered lhs)", source="test_fg_allgather.py (1024, 4096, bf16, tp 4, lnc 2)",
-     needs="collectives")
-def fine_grained_allgather(lib):
-    _imports_then(lib, ["experimental.collectives.fg_allgather:fine_grained_allgather"], MULTI_RANK)
-
-
-@row("allgather_compute_matmul", kernel="experimental.collectives.fgcc:allgather_compute_matmul",
-     reference="the test's own (gathered lhs @ rhs shard)",
-     source="test_fgcc.py (1024, 4096, 4096, bf16, tp 4, lnc 2)", needs="collectives")
-def allgather_compute_matmul(lib):
-    _imports_then(lib, ["experimental.collectives.fgcc:allgather_compute_matmul"], MULTI_RANK)
-
-
-@row("allgather_sb2sb", kernel="experimental.collectives.sb2sb_allgather:allgather_sb2sb",
-     reference="the test's own (concatenation over ranks)", source="test_sb2sb_allgather.py (128, 512, bf16, tp 8)",
-     needs="collectives")
-def allgather_sb2sb(lib):
-    _imports_then(lib, ["experimental.collectives.sb2sb_allgather:allgather_sb2sb"], MULTI_RANK)
-
-
-@row("topk_reduce", kernel="experimental.collectives.topk_reduce:topk_reduce",
-     reference="experimental.collectives.topk_reduce_torch:topk_reduce_torch_ref",
-     source="test_topk_reduce.py (its import path experimental.subkernels.topk_reduce no longer exists)",
-     needs="collectives")
-def topk_reduce(lib):
-    _imports_then(lib, ["experimental.collectives.topk_reduce:topk_reduce",
-                        "experimental.collectives.topk_reduce_torch:topk_reduce_torch_ref"], MULTI_RANK)
+MULTI_RANK = ("the test's four-layer TP4 wrapper (collective_ranks=4 copies of the whole transformer); "
+              "harness inputs not written yet")
 
 
 @row("transformer_tkg", kernel="experimental.transformer.transformer_tkg:transformer_tkg",
