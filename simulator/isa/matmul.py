@@ -88,13 +88,16 @@ def _matmul_bind(ins, src, dst, sc):
     k, n = st.shape[1], st.shape[0]
     a_arr, a_ref = reader(st, sc, 0)
     b_arr, b_ref = reader(mv, sc, 1)
-    res = sc.new((n, a_arr[0].size // k, b_arr[0].size // k), F32, 2)
-    o = strict_reshape(out, res.shape)
+    shape = (n, a_arr[0].size // k, b_arr[0].size // k)
+    o = strict_reshape(out, shape)
+    accumulate = bool(ins.attrs.get("accumulate"))
+    # A product that overwrites its destination goes straight into it when BLAS can write it (gemm's
+    # result does not depend on its leading dimension); an accumulated one needs the product first.
+    res = o if not accumulate and _blas_writable(o) else sc.new(shape, F32, 2)
     refresh = refresher(a_ref, b_ref)
     # f32(x).reshape(k, -1) may copy (an fp32 operand with free dims that do not flatten): then it is a
     # C-ordered copy per call, as in _matmul.
     a_get, b_get = _flat(a_arr, k), _flat(b_arr, k)
-    accumulate = bool(ins.attrs.get("accumulate"))
 
     def step(ctx):
         if refresh is not None:
@@ -102,9 +105,18 @@ def _matmul_bind(ins, src, dst, sc):
         np.matmul(a_get().transpose(0, 2, 1), b_get(), out=res)
         if accumulate:
             np.add(o, res, out=o)
-        else:
+        elif res is not o:
             np.copyto(o, res)
     return step
+
+
+def _blas_writable(o: np.ndarray) -> bool:
+    """Whether numpy's matmul hands the [n, M, N] fp32 ``o`` to BLAS as its output as it is: unit column
+    stride, rows at least N apart (numpy's "blasable" test), and a matrix rather than a vector (gemv
+    kernels are chosen by stride)."""
+    _, m, n = o.shape
+    row, col = o.strides[1:]
+    return m > 1 and n > 1 and col == o.itemsize and row % o.itemsize == 0 and row // o.itemsize >= n
 
 
 def _flat(a: np.ndarray, k: int):
