@@ -400,6 +400,7 @@ def _accumulate_matmul(t: NkiTensor, other) -> bool:
     last.attrs["accumulate"] = b.psum_written(t.to_ap())
     check_instruction(last, b.program, b.target)
     b._track_psum(last)
+    b.forget_psum(other.name)
     return True
 
 

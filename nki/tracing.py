@@ -180,6 +180,7 @@ class Builder:
             return False
         self.forget_psum(value.tensor)
         self._track_psum(last)
+        self.forget_psum(value.tensor)
         return True
 
     def forget_psum(self, name: str) -> None:
@@ -201,6 +202,12 @@ class Builder:
         flags = self._flags(ap.tensor, table)
         view = as_strided(flags[ap.offset:], ap.shape, tuple(s for s, _ in ap.dims), writeable=False)
         return bool(view.any())
+
+    def forget_psum(self, name: str) -> None:
+        """Drop the PSUM bookkeeping of a tile no instruction writes any more (a matmul's fresh result tile
+        retargeted elsewhere): a kernel of many matmuls would otherwise hold two flags per element each."""
+        for table in (self._psum_by_matmul, self._psum_written, self._psum_zeroed):
+            table.pop(name, None)
 
     def psum_accumulating(self, ap: AccessPattern) -> bool:
         """True when a matmul wrote part of ``ap`` and nothing else wrote it since (an open group)."""

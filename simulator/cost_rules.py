@@ -84,9 +84,13 @@ def gpsimd_cycles(n: int) -> float:
     return GPSIMD_FIXED_CYCLES + n
 
 
-def matmul_cycles(n_moving: int, *, fp32: bool, double_row: bool = False) -> float:
-    """Tensor Engine: one matmul issues every max(N_moving, 64) cycles; fp32 about 4x slower."""
-    cycles = max(n_moving, MATMUL_MIN_CYCLES)
+def matmul_cycles(n_moving: int, *, fp32: bool, double_row: bool = False, n_stationary: int | None = None) -> float:
+    """Tensor Engine, back-to-back matmuls of one shape: max(min(64, N_stationary), N_moving) cycles each
+    (nki.isa.nc_matmul, "Estimated instruction cost": LoadStationary of the next matmul is hidden behind the
+    current MultiplyMoving, and loads N_stationary columns 4x faster, so a short stationary issues sooner
+    than 64); fp32 about 4x slower. Without ``n_stationary`` the floor is 64."""
+    floor = MATMUL_MIN_CYCLES if n_stationary is None else min(MATMUL_MIN_CYCLES, n_stationary)
+    cycles = max(n_moving, floor)
     if fp32:
         cycles *= FP32_MATMUL_SLOWDOWN
     if double_row:

@@ -317,7 +317,7 @@ def schedule(program: Program, target=None) -> Schedule:
     sch = Schedule(program, target)
     policy = issue.policy(program)
     tracker = _Tracker(program, logical_psum=policy.psum_banks)
-    plan = _Plan(program, target, tracker)
+    plan = _Plan(program, target, tracker, issue.recomputed(program) if policy.computes_once else None)
     n = len(program.instructions)
     for name in ("queue", "start", "end", "xfer_start", "waits", "pred", "reason"):
         setattr(sch, name, [None] * n)
@@ -415,8 +415,9 @@ class _Plan:
     """What the scheduler needs of each instruction before placing any: its queue family, engine time,
     dependencies (``deps[i]``: earlier instruction -> read-after-write) and the instructions waiting on it."""
 
-    def __init__(self, program: Program, target, tracker: "_Tracker"):
+    def __init__(self, program: Program, target, tracker: "_Tracker", same: dict | None = None):
         n = len(program.instructions)
+        same = same or {}
         self.family, self.cost, self.deps, self.read_back = [], [], [], []
         self.users = [[] for _ in range(n)]
         self.waiting = [0] * n
@@ -431,7 +432,11 @@ class _Plan:
             tracker.access(idx, src_regs + back_regs, dst_regs, deps)
             family = ins.engine if ins.engine in COMPUTE_QUEUES else "dma"
             self.family.append(family)
-            self.cost.append(float(row.cost(ins, program, target)))
+            if idx in same:   # computed once already (issue.recomputed): ready when that one is
+                deps[same[idx]] = True
+                self.cost.append(0.0)
+            else:
+                self.cost.append(float(row.cost(ins, program, target)))
             self.deps.append(deps)
             self.read_back.append(bool(read_back))
             self.waiting[idx] = len(deps)

@@ -18,6 +18,7 @@ from simulator.isa.base import opdef
 from simulator.rules import partitions
 from simulator.targets import get_target
 from simulator.timeline import Timeline
+from simulator.uncertainty import latency_band
 
 ENGINES = (*COMPUTE_QUEUES, "dma")
 TOP_N = 10
@@ -43,6 +44,8 @@ class Report:
     kernel: str
     target: str
     latency_s: float
+    latency_low_s: float           # the range the hardware likely falls in (simulator.uncertainty)
+    latency_high_s: float
     engine_busy_s: dict
     engine_active: dict            # engine -> fraction of latency busy (dma: any transfer in flight)
     bottleneck: str                # engine with the most time on the critical path
@@ -81,10 +84,15 @@ class Report:
         from pathlib import Path
         Path(path).write_text(json.dumps(self.to_json(), indent=1))
 
+    def __str__(self) -> str:
+        return self.table()
+
     def table(self) -> str:
         """A readable summary."""
         us = lambda s: f"{s * 1e6:,.2f} us"
         lines = [f"{self.kernel} on {self.target}: estimated latency {us(self.latency_s)} (estimate)",
+                 f"  likely range      {us(self.latency_low_s)} - {us(self.latency_high_s)} (estimate, from the "
+                 "cost model's error on published measurements)",
                  f"  roofline          {us(self.roofline_s)} (estimate: flops at peak or HBM bytes at bandwidth)",
                  f"  MFU / HFU         {self.mfu:6.1%} / {self.hfu:6.1%}   ({self.flops:,} matmul flops)",
                  f"  HBM               {self.hbm_bytes:,} B, {self.hbm_bytes_per_s / 1e9:,.1f} GB/s "
@@ -202,8 +210,10 @@ def summarize(sch: Schedule) -> Report:
     hbm_s = sch.hbm_bytes / target.hbm_bytes_per_s
     top = sorted(_merge(((prog.instructions[i], sch.queue[i], sch.end[i] - sch.start[i]) for i in range(n)),
                         lambda src, op, fam: (src, op, fam)), key=lambda c: -c.time_s)[:TOP_N]
+    low, high = latency_band(latency, target.name)
     return Report(
-        kernel=prog.name, target=target.name, latency_s=latency, engine_busy_s=busy, engine_active=active,
+        kernel=prog.name, target=target.name, latency_s=latency, latency_low_s=low, latency_high_s=high,
+        engine_busy_s=busy, engine_active=active,
         bottleneck=bottleneck, critical_path_s=path_s, critical_path=tuple(segments),
         mfu=model_s / safe if latency > 0 else 0.0, hfu=hw_s / safe if latency > 0 else 0.0,
         flops=model, hardware_flops=hw, roofline_s=max(model_s, hbm_s), hbm_bytes=sch.hbm_bytes,

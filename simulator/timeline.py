@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from simulator.uncertainty import latency_band
+
 LANE_ORDER = ("tensor", "vector", "scalar", "gpsimd")
 
 
@@ -43,11 +45,17 @@ class Timeline:
     def latency_s(self) -> float:
         return max((e[3] for e in self.events), default=0.0)
 
+    def title(self) -> str:
+        """'kernel on target: estimated X us (likely A-B us)', the range from ``simulator.uncertainty``."""
+        lo, hi = latency_band(self.latency_s, self.target)
+        return (f"{self.kernel} on {self.target}: estimated {self.latency_s * 1e6:.2f} us "
+                f"(likely {lo * 1e6:.2f}-{hi * 1e6:.2f} us)")
+
     def to_perfetto(self) -> dict:
         """Chrome trace-event JSON: one thread per lane, times in microseconds (estimates)."""
         tid = {lane: k + 1 for k, lane in enumerate(self.lanes)}
         out = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0,
-                "args": {"name": f"{self.kernel} on {self.target} (cost-model estimate)"}}]
+                "args": {"name": f"{self.title()} (cost-model estimate)"}}]
         for lane, k in tid.items():
             out.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": k, "args": {"name": lane}})
             out.append({"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": k, "args": {"sort_index": k}})
@@ -94,7 +102,7 @@ class Timeline:
         ax.invert_yaxis()
         ax.set_xlim(0, max(self.latency_s * 1e6, 1e-3))
         ax.set_xlabel("time (us, estimate)")
-        ax.set_title(f"{self.kernel} on {self.target}: estimated {self.latency_s * 1e6:.2f} us", fontsize=9)
+        ax.set_title(self.title(), fontsize=9)
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         return path

@@ -56,9 +56,11 @@ class CostEstimate:
 
     def card_row(self) -> dict:
         """A row of the kernel card's benchmark table."""
+        from simulator.uncertainty import latency_band
         row = {"shape": self.size, "dtype": self.dtype}
-        for t in self.latency_s:
-            row[f"{t} estimated latency (us)"] = f"{self.latency_s[t] * 1e6:.1f}"
+        for t, lat in self.latency_s.items():
+            lo, hi = latency_band(lat, t)
+            row[f"{t} estimated latency (us)"] = f"{lat * 1e6:.1f} ({lo * 1e6:.1f}-{hi * 1e6:.1f})"
         row["bottleneck engine"] = self.bottleneck
         if self.baseline_s:
             row["vs unfused (trn2)"] = f"{self.speedup('trn2'):.2f}x"

@@ -8,7 +8,7 @@ from simulator.isa import collectives  # noqa: F401  (between cores and ranks)
 from simulator.isa import topk  # noqa: F401  (GpSimd top-k over 16-partition snakes)
 from simulator.isa import registers  # noqa: F401  (sequencer registers: dynamic loops, run-time offsets)
 from simulator.isa.base import (ACCUMULATE, CROSS_PARTITION, DEBUG, DMA, ELEMENTWISE, ENGINES, GENERATE, INDIRECT,
-                                MATMUL, OPS, REDUCE, ExecContext, OpDef, in_category, opdef)
+                                MATMUL, OPS, RANDOM, REDUCE, ExecContext, OpDef, in_category, opdef)
 
 __all__ = ["ACCUMULATE", "CROSS_PARTITION", "DEBUG", "DMA", "ELEMENTWISE", "ENGINES", "GENERATE", "INDIRECT",
-           "MATMUL", "OPS", "REDUCE", "ExecContext", "OpDef", "in_category", "opdef"]
+           "MATMUL", "OPS", "RANDOM", "REDUCE", "ExecContext", "OpDef", "in_category", "opdef"]

@@ -24,6 +24,7 @@ GENERATE = "generate"         # writes without reading tensors (memset, iota)
 DEBUG = "debug"               # no effect on data (device_print)
 INDIRECT = "indirect"         # its operand "table" is a whole tensor addressed through run-time offsets
 CROSS_PARTITION = "cross_partition"   # a result partition depends on other partitions of an operand
+RANDOM = "random"             # results depend on generator state, not only on the operands (rand, dropout)
 
 
 @dataclass

@@ -135,7 +135,7 @@ def _matmul_cost(ins, program, target):
     # The stationary operand is loaded in the background (LoadStationary, assumed hidden): only the moving
     # operand's and the output's strides slow the streaming phase.
     n = _free(mv) * cr.stride_slowdown(ins, program, roles=("moving", "dst"))
-    return cr.seconds(cr.matmul_cycles(n, fp32=fp32, double_row=double), target, "tensor")
+    return cr.seconds(cr.matmul_cycles(n, fp32=fp32, double_row=double, n_stationary=_free(st)), target, "tensor")
 
 
 register("nc_matmul", engines={"tensor"}, execute=_matmul, cost=_matmul_cost, bind=_matmul_bind,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator import cost_rules as cr
-from simulator.isa.base import ELEMENTWISE, GENERATE, f32, fit, free_elems, register, store
+from simulator.isa.base import ELEMENTWISE, GENERATE, RANDOM, f32, fit, free_elems, register, store
 from simulator.rules import COMPUTE_RULES, fail, same_free_size, same_partitions
 
 
@@ -29,7 +29,7 @@ def _rand(ins, src, dst, ctx):
 
 
 register("rand", engines={"vector", "gpsimd"}, execute=_rand, cost=_cost, rules=COMPUTE_RULES,
-         categories={GENERATE})
+         categories={GENERATE, RANDOM})
 
 
 def _seed(ins, src, dst, ctx):
@@ -41,7 +41,7 @@ def _seed(ins, src, dst, ctx):
 
 register("set_rng_seed", engines={"vector", "gpsimd"}, execute=_seed,
          cost=lambda ins, p, t: cr.seconds(cr.MIN_II_CYCLES, t, "vector"), rules=COMPUTE_RULES,
-         categories={GENERATE})
+         categories={GENERATE, RANDOM})
 
 
 def _prob_rule(ins, program, target):
@@ -63,7 +63,7 @@ def _dropout(ins, src, dst, ctx):
 register("dropout", engines={"vector", "gpsimd"}, execute=_dropout, cost=_cost,
          rules=COMPUTE_RULES + (same_partitions("dst", "data", "prob"), same_free_size("dst", "data"),
                                 _prob_rule),
-         categories={ELEMENTWISE})
+         categories={ELEMENTWISE, RANDOM})
 
 
 def _rand2(ins, src, dst, ctx):
@@ -83,7 +83,7 @@ def _gen4(ins, program, target):
 
 
 register("rand2", engines={"vector"}, execute=_rand2, cost=_cost, rules=COMPUTE_RULES + (_gen4,),
-         categories={GENERATE})
+         categories={GENERATE, RANDOM})
 
 # The generator state as the engines expose it: XORWOW keeps 6 32-bit words per lane (24 on the Vector
 # Engine of v4). Here the state is a set of seed words of numpy's generator: reading it draws fresh words
@@ -119,6 +119,6 @@ def _set_state(ins, src, dst, ctx):
 
 _state_cost = lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(STATE_WORDS[ins.engine]), t, ins.engine)  # noqa: E731
 register("rand_get_state", engines={"gpsimd", "vector"}, execute=_get_state, cost=_state_cost,
-         rules=COMPUTE_RULES + (_state_rule,), categories={GENERATE})
+         rules=COMPUTE_RULES + (_state_rule,), categories={GENERATE, RANDOM})
 register("rand_set_state", engines={"gpsimd", "vector"}, execute=_set_state, cost=_state_cost,
-         rules=COMPUTE_RULES + (_state_rule,), categories={GENERATE})
+         rules=COMPUTE_RULES + (_state_rule,), categories={GENERATE, RANDOM})

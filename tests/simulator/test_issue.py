@@ -89,3 +89,26 @@ def test_at_most_eight_psum_banks_are_in_use_at_once():
         live += step
         peak = max(peak, live)
     assert len(spans) == 16 and peak <= TRN2.psum_banks
+
+
+@onki.jit
+def invariant_in_loop(x, y):
+    """x * y does not change across the loop: neuronxcc computes it once; each iteration adds its own."""
+    out = onl.ndarray((4 * 128, 512), dtype=np.float32, buffer=onl.shared_hbm)
+    a, b = onl.load(x), onl.load(y)
+    for i in onl.affine_range(4):
+        prod = onisa.tensor_tensor(a, b, op=onl.multiply)
+        onl.store(out[i * 128:(i + 1) * 128, :], onisa.tensor_scalar(data=prod, op0=onl.add, operand0=float(i)))
+    return out
+
+
+def test_a_computation_repeated_on_unchanged_inputs_costs_once():
+    x = np.ones((128, 512), np.float32)
+    program = invariant_in_loop.trace(x, x, target="trn2")
+    same = issue.recomputed(program)
+    products = [i for i, ins in enumerate(program.instructions) if ins.opcode == "tensor_tensor"]
+    assert len(products) == 4 and same == {i: products[0] for i in products[1:]}
+    once, every = _both(program)
+    assert [once.cost[i] for i in products[1:]] == [0.0] * 3 and every.cost[products[1]] > 0
+    assert all(once.start[i] >= once.end[products[0]] for i in products[1:])
+    np.testing.assert_allclose(invariant_in_loop(x, x)[128:256], np.full((128, 512), 2.0))   # values unchanged

@@ -96,3 +96,19 @@ def test_report_is_frozen_and_json_round_trips():
     d = r.to_json()
     assert json.loads(json.dumps(d))["latency_s"] == r.latency_s
     assert "timeline" not in d
+
+
+def test_str_and_print_show_the_table(capsys):
+    r = nki.profile(make_matmul(hoist=True), *arrays((256, 128), (256, 1024)), target="trn2")
+    assert str(r) == r.table() and "Report(" not in str(r)
+    print(r)
+    assert capsys.readouterr().out.strip() == r.table().strip()
+
+
+def test_an_estimate_carries_its_likely_range():
+    from simulator.uncertainty import latency_band
+    r = estimate(_fixed_program(), "trn2")
+    assert r.latency_low_s < r.latency_s < r.latency_high_s
+    assert (r.latency_low_s, r.latency_high_s) == latency_band(r.latency_s, "trn2")
+    assert f"{r.latency_low_s * 1e6:,.2f} us - {r.latency_high_s * 1e6:,.2f} us" in r.table()
+    assert "likely" in r.timeline.title() and "likely" in json.dumps(r.to_perfetto())
