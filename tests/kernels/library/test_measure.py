@@ -12,4 +12,4 @@ def test_a_card_row_gives_each_estimate_its_likely_range():
     for target, lat in est.latency_s.items():
         lo, hi = latency_band(lat, target)
         assert row[f"{target} estimated latency (us)"] == f"{lat * 1e6:.1f} ({lo * 1e6:.1f}-{hi * 1e6:.1f})"
-        assert lo < lat < hi
+        assert lo <= lat <= hi and lo < hi
