@@ -21,6 +21,7 @@ from simulator.allocate import allocate
 from simulator.dtypes import dtype_name
 from simulator.errors import KernelRuleError, NkiError, SourceLoc
 from simulator import config as sim_config
+from simulator.reorder import allocate_in_demand_order
 from simulator.replay import executor_for
 from simulator.program import Program
 from simulator.targets import get_target
@@ -249,7 +250,10 @@ class JitKernel:
         if with_data:
             b.program.meta["data_dependent"] = True
         validate(b.program, target, rules=False)
-        allocate(b.program, target)
+        if b.syncs:
+            allocate(b.program, target)   # synchronisation points fix the order across instances
+        else:   # tiles that do not fit in program order: retry in the order a scheduler would pick
+            allocate_in_demand_order(b.program, target, allocate)
         return b.program
 
     def _set_outputs(self, program: Program, ret) -> None:
