@@ -8,7 +8,8 @@ and on a Ray cluster started on this machine (loopback), whose reports must equa
     .venv/bin/python benchmarks/bench_autotune.py --no-ray   # skip the Ray cluster
 
 Every latency is a cost-model estimate (compare within one run); candidates per second are measured
-on this machine in this run, with the candidate cache off, and depend on its load.
+on this machine in this run, with the candidate and compile caches off (every candidate traced cold),
+and depend on its load; local workers include starting their processes, the Ray workers stay up.
 Writes out/bench/autotune.md and out/bench/autotune.json.
 """
 from __future__ import annotations
@@ -63,7 +64,10 @@ def main() -> int:
     ap.add_argument("--no-ray", action="store_true", help="skip the local Ray cluster")
     ap.add_argument("--out-dir", default="out/bench")
     args = ap.parse_args()
-    os.environ.setdefault("NKI_CACHE_DIR", str(Path(tempfile.mkdtemp(prefix="bench-autotune-")) / "cache"))
+    # no compile cache either: otherwise every sweep after the first of a kernel skips its tracing and
+    # the later modes (local workers, Ray) look faster than they are; workers and the Ray cluster
+    # started below inherit this
+    os.environ["NKI_CACHE_DIR"] = "off"
     tmp = Path(tempfile.mkdtemp(prefix="bench-autotune-pkgs-"))
     pkgs = {repo: quick_copy(repo, tmp) if args.quick else package_dir(repo) for repo in KERNELS}
     rows, speed = [], []
