@@ -97,9 +97,9 @@ def run_row(snapshot: str, name: str) -> dict:
     try:
         if case.ranks is not None:   # ranks trace into one Program and run in one call
             from nki.multicore import run_ranks
-            results = run_ranks(launch, case.ranks)
+            results = run_ranks(launch, case.ranks, target=case.target)
         else:
-            launch.trace(**case.inputs)
+            launch.trace(**case.inputs, target=case.target)
     except Exception as exc:  # noqa: BLE001
         res["error"] = _first_line(exc, snapshot)
         return done()
@@ -108,7 +108,7 @@ def run_row(snapshot: str, name: str) -> dict:
         if case.ranks is not None:
             outs = [to_numpy(o) for r in results for o in _outputs(r)]
         else:
-            outs = [to_numpy(o) for o in _outputs(launch(**case.inputs))]
+            outs = [to_numpy(o) for o in _outputs(launch.run(**case.inputs, target=case.target))]
     except Exception as exc:  # noqa: BLE001
         res["error"] = _first_line(exc, snapshot)
         return done()

@@ -47,6 +47,7 @@ class Case:
     notes: str = ""
     check: Callable | None = None   # custom validation ``check(outputs) -> (ok, summary)`` replacing expected
     ranks: list | None = None       # per-rank keyword arguments of a multi-rank launch (``inputs`` unused)
+    target: str | None = None       # the platform the test runs on ("trn3" for the MX kernels), else the default
 
 
 def row(name: str, *, kernel: str, reference: str, source: str, needs: str = ""):

@@ -13,6 +13,16 @@ from simulator import mx
 from simulator.errors import KernelRuleError
 
 
+def _free_flattened(t: NkiTensor) -> NkiTensor:
+    """``t`` as [partitions, free elements]: its free dims must run back to back in memory (dims of size
+    1 do not count, so a slice such as ``scale[:, i:i+1, a:b]`` of a bigger tile qualifies)."""
+    free = [(st, n) for st, n in t.dims[1:] if n != 1]
+    if any(outer[0] != inner[0] * inner[1] for outer, inner in zip(free, free[1:])):
+        return t.reshape((t.shape[0], t.size // max(1, t.shape[0])))   # refused with the view's strides
+    step = free[-1][0] if free else 1
+    return NkiTensor(t.spec, t.offset, (t.dims[0], (step, t.size // max(1, t.shape[0]))))
+
+
 def _scale_operands(scale: NkiTensor, role: str, data_partitions: int, cols: int, whole: bool = False) -> dict:
     """{role0: scale[0:r0, :cols], role1: scale[32:32+r1, :cols], ...} for data of ``data_partitions``;
     with ``whole`` (a written scale tile), each quadrant's operand spans all of the quadrant the tile has
@@ -20,7 +30,7 @@ def _scale_operands(scale: NkiTensor, role: str, data_partitions: int, cols: int
     if data_partitions % mx.QUADRANT:
         raise KernelRuleError("mx-partitions", f"MX data spans {data_partitions} partitions; a multiple of 32",
                               operand=role, shape=scale.shape, loc=tracing.caller_loc())
-    flat = scale if scale.ndim == 2 else scale.reshape((scale.shape[0], scale.size // scale.shape[0]))
+    flat = scale if scale.ndim == 2 else _free_flattened(scale)
     out = {}
     for q, (start, rows) in enumerate(mx.scale_rows(data_partitions)):
         if start + rows > flat.shape[0] or cols > flat.shape[1]:

@@ -146,11 +146,19 @@ def _all_to_all_v(ins, src, dst, ctx):
         store(d, out.reshape(d.shape))
 
 
+def _move(d, s) -> None:
+    """d = s: the bits themselves when the dtypes agree (a packed x4 or integer element survives; fp32
+    would round a uint32 above 2^24), else converted through fp32 as the DMA engines convert."""
+    if d.dtype == s.dtype:
+        d[...] = s.reshape(d.shape)
+    else:
+        store(d, f32(s).reshape(d.shape))
+
+
 def _permute(ins, src, dst, ctx):
     """dst of each target = src of its source, for the (source, target) participant pairs in attrs."""
     for s, t in ins.attrs["pairs"]:
-        d = dst[f"p{t}_dst0"]
-        store(d, f32(src[f"p{s}_src0"]).reshape(d.shape))
+        _move(dst[f"p{t}_dst0"], src[f"p{s}_src0"])
 
 
 def _permute_ring(ins, src, dst, ctx):
@@ -161,11 +169,11 @@ def _permute_ring(ins, src, dst, ctx):
         for i in range(n):
             pred, d = (i - 1) % n, dst[f"p{i}_dst{c}"]
             if op is None:
-                value = f32(src[f"p{pred}_src{c}"])
+                _move(d, src[f"p{pred}_src{c}"])
             else:
                 value = REDUCE_OPS[op](f32(src[f"p{pred}_src{c}"]), f32(src[f"p{pred}_srcb{c}"]).reshape(
                     src[f"p{pred}_src{c}"].shape))
-            store(d, value.reshape(d.shape))
+                store(d, value.reshape(d.shape))
 
 
 def _barrier(ins, src, dst, ctx):

@@ -99,3 +99,15 @@ def test_an_import_failure_names_the_library_line(snapshot, rows):
     res = nkilib_harness.run_row(str(snapshot), "_tiny_broken")
     assert res["stage"] == "fails to import"
     assert "no_such_name" in res["error"] and "broken.py:2" in res["error"]
+
+
+def test_a_multi_rank_row_compares_every_rank(snapshot, rows):
+    # Each rank runs the kernel on its own input; outputs are compared rank by rank, in rank order.
+    xs = [np.full((8, 4), r, np.float32) for r in range(3)]
+    rows("_tiny_ranks", lambda lib: Case(lib.get("tiny:double"), {}, [2 * x for x in xs],
+                                         ranks=[{"x": x} for x in xs]))
+    assert nkilib_harness.run_row(str(snapshot), "_tiny_ranks")["stage"] == "matches"
+    rows("_tiny_ranks_swapped", lambda lib: Case(lib.get("tiny:double"), {}, [2 * x for x in xs[::-1]],
+                                                 ranks=[{"x": x} for x in xs], rtol=0, atol=0))
+    res = nkilib_harness.run_row(str(snapshot), "_tiny_ranks_swapped")
+    assert res["stage"] == "runs" and "output 0 does not match" in res["error"]

@@ -132,6 +132,12 @@ def test_sendrecv_exchanges_between_cores():
     np.testing.assert_array_equal(swap[2](x), x[::-1])
 
 
+def test_sendrecv_moves_bits_of_wide_integers():
+    # uint32 values above 2^24 (a packed MX x4 element is one) arrive bit for bit, not through fp32.
+    x = (np.arange(2 * 4 * 8, dtype=np.uint32).reshape(2, 4, 8) * 7919 + 16777217).astype(np.uint32)
+    np.testing.assert_array_equal(swap[2](x), x[::-1])
+
+
 @nki.jit
 def only_rank0_reduces(x):
     t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)

@@ -113,3 +113,29 @@ def test_scale_tile_too_small_names_the_layout_rule():
     with pytest.raises(KernelRuleError, match="mx-scale-layout") as exc:
         bad_scale(np.ones((64, 16), ml_dtypes.bfloat16))
     assert "test_mx.py" in str(exc.value)
+
+
+@nki.jit(platform_target="trn3")
+def quantize_into_column_slice(x):
+    """Quantize x [128, 4*F] into columns F:2F of 3-D data and scale tiles [128, 1, 2F] (a slice whose
+    free dims are back to back once the size-1 dim is ignored)."""
+    f = x.shape[1] // 4
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    q = nl.ndarray((128, 1, 2 * f), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+    s = nl.ndarray((128, 1, 2 * f), dtype=nl.uint8, buffer=nl.sbuf)
+    nisa.quantize_mx(dst=q[:, 0:1, f:2 * f], src=t, dst_scale=s[:, 0:1, f:2 * f])
+    data = nl.ndarray((128, 1, f), dtype=nl.uint32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=data, src=q[:, :, f:2 * f].view(nl.uint32))
+    scales = nl.ndarray((128, 1, f), dtype=nl.uint8, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=scales, src=s[:, :, f:2 * f])
+    return data, scales
+
+
+def test_quantize_into_a_slice_of_a_3d_tile():
+    x = np.random.default_rng(3).standard_normal((128, 16)).astype(ml_dtypes.bfloat16)
+    data, scales = quantize_into_column_slice(x)
+    bits, want = mx.quantize(x.astype(np.float32), "float8_e4m3fn_x4")
+    np.testing.assert_array_equal(data[:, 0], bits)
+    for q in range(4):
+        np.testing.assert_array_equal(scales[32 * q:32 * q + 4, 0], want[4 * q:4 * q + 4])

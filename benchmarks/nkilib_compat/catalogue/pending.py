@@ -55,16 +55,3 @@ def mlp_down_projection_mx(lib):
      reference="the test's MX golden", source="test_moe_bwmm_mx_cte.py", needs="mx")
 def moe_cte_mx(lib):
     _imports_then(lib, ["core.moe.moe_cte.bwmm_shard_on_block_mx:bwmm_shard_on_block_mx"], MX)
-
-
-@row("rmsnorm_mx_quantize_tkg", kernel="core.subkernels.rmsnorm_mx_quantize_tkg:rmsnorm_mx_quantize_tkg",
-     reference="the test's golden (RMSNorm then MX quantisation)", source="test_rmsnorm_mx_quantize_tkg.py",
-     needs="mx")
-def rmsnorm_mx_quantize_tkg(lib):
-    _imports_then(lib, ["core.subkernels.rmsnorm_mx_quantize_tkg:rmsnorm_mx_quantize_tkg"], MX)
-
-
-@row("mxfp_load", kernel="experimental.mxfp_subkernels.mxfp_load_utils:mxfp_load_performance_wrapper",
-     reference="the test's own", source="test_mxfp_load.py", needs="mx")
-def mxfp_load(lib):
-    _imports_then(lib, ["experimental.mxfp_subkernels.mxfp_load_utils:mxfp_load_performance_wrapper"], MX)
