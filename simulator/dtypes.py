@@ -63,12 +63,26 @@ def as_dtype(dtype) -> np.dtype:
 
 def dtype_name(dtype) -> str:
     """The NKI name of a dtype (``'bfloat16'``, ``'float32'`` ...). A name is returned as it is known (so
-    the packed MX names, stored as unsigned integers, keep their own name)."""
+    the packed MX names, stored as unsigned integers, keep their own name), as is the name a host dtype
+    of :func:`packed_host_dtype` carries."""
     if isinstance(dtype, str):
         name = _ALIASES.get(dtype, dtype)
         if name in _DTYPES:
             return name
+    tagged = getattr(dtype, "metadata", None)
+    if tagged and tagged.get("nki_dtype") in PACKED:
+        return tagged["nki_dtype"]
     return _NAMES[as_dtype(dtype)]
+
+
+def packed_host_dtype(name: str) -> np.dtype:
+    """The numpy dtype of host arrays holding a packed MX dtype (``'float8_e5m2_x4'``, ...): its storage
+    integer (uint32 for fp8 x4, uint16 for fp4 x4) tagged with the name, so an array viewed as it
+    (``bits.view(packed_host_dtype('float4_e2m1fn_x4'))``) reaches a kernel as that dtype, as AWS's
+    ``neuron_dtypes`` arrays do, instead of as a plain integer."""
+    if name not in PACKED:
+        raise ValueError(f"{name!r} is not a packed MX dtype ({', '.join(PACKED)})")
+    return np.dtype(PACKED[name][0], metadata={"nki_dtype": name})
 
 
 def is_float(dtype) -> bool:

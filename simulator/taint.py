@@ -37,6 +37,7 @@ class Taints:
         self._view = view               # (array, ap) -> view of the array with the stamps' layout
         self.arrays: dict[str, np.ndarray] = {}
         self.first_reads: dict[int, tuple] = {}
+        self.carried: dict[tuple[str, int], tuple] = {}   # (visible root, origin) -> first write carrying it
 
     def _get(self, root: str, size: int) -> np.ndarray:
         arr = self.arrays.get(root)
@@ -62,8 +63,9 @@ class Taints:
     def write(self, ins: Instruction, categories: frozenset, ap: AccessPattern, root: str, size: int,
               reads: list, ratio: int, spread=None) -> None:
         """Record the taint of a write from ``reads`` ((role, access pattern, taint or None) of what the
-        instruction read); raise when garbage reaches memory the caller sees. ``spread``: the row's own
-        placement of an operand's taint (``OpDef.taint``)."""
+        instruction read). Garbage written to memory the caller sees is an error only if it is still there
+        at the end (:meth:`check`): a kernel may fill a whole output tile and overwrite its padding later.
+        ``spread``: the row's own placement of an operand's taint (``OpDef.taint``)."""
         reads = [(role, r_ap, t) for role, r_ap, t in reads if t is not None]
         if not reads and root not in self.arrays:
             return
@@ -71,10 +73,18 @@ class Taints:
         for role, r_ap, t in reads:
             out = earliest(out, spread(ins, role, t, ap) if spread is not None else
                            _spread(t, role, r_ap, ap, categories))
-        if root in self.visible and (out >= 0).any():
-            raise self.error(int(out[out >= 0].min()), ins, ap)
+        if root in self.visible:
+            for origin in np.unique(out[out >= 0]):
+                self.carried.setdefault((root, int(origin)), (ins, ap))
         view = self._view(self._get(root, size), ap)
         view[...] = out[..., None] if ratio > 1 else out
+
+    def check(self, root: str) -> None:
+        """Raise if memory the caller sees (``root``) still holds a value computed from unwritten memory."""
+        arr = self.arrays.get(root)
+        if root in self.visible and arr is not None and (arr >= 0).any():
+            origin = int(arr[arr >= 0].min())
+            raise self.error(origin, *self.carried[(root, origin)])
 
     def error(self, origin: int, reached: Instruction, dst: AccessPattern) -> KernelRuleError:
         role, ap, missing = self.first_reads[origin]

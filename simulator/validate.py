@@ -193,8 +193,11 @@ def _dataflow(program: Program) -> None:
         for ap in (*ins.src.values(), *ins.dst.values()):
             root = fam[ap.tensor][0]
             if last_use[root] == idx and root not in keep:
+                taint.check(root)
                 stamps.pop(root, None)
                 taint.arrays.pop(root, None)
+    for root in list(taint.arrays):
+        taint.check(root)
     for name in program.outputs:
         if name not in tracked:
             continue

@@ -21,11 +21,28 @@ from nki.dtypes import dtype_of
 STANDIN_NOTE = "nkihub stand-in for neuron_dtypes (not the Neuron SDK package)"
 
 
+def _pack_x4(a: np.ndarray, name: str) -> np.ndarray:
+    """Values rounded to the element format of the packed MX dtype ``name``, four consecutive ones along
+    the last axis in one element (element 0 in the lowest bits), as the SDK's x4 arrays hold them."""
+    from simulator.dtypes import PACKED, packed_host_dtype
+    storage, element, bits = PACKED[name]
+    if a.shape[-1] % 4:
+        raise ValueError(f"static_cast to {name}: the last dim ({a.shape[-1]}) must be a multiple of 4")
+    codes = a.astype(np.float32).astype(element).view(np.uint8).astype(np.uint64) & ((1 << bits) - 1)
+    codes = codes.reshape(a.shape[:-1] + (a.shape[-1] // 4, 4))
+    packed = sum(codes[..., i] << np.uint64(bits * i) for i in range(4)).astype(storage)
+    return packed.view(packed_host_dtype(name))
+
+
 def static_cast(array, dtype):
     """``array`` converted to ``dtype`` (a numpy, ml_dtypes or nki dtype), rounding to nearest even;
-    float to integer conversions round and saturate."""
-    target = dtype_of(dtype)
+    float to integer conversions round and saturate; a packed MX dtype (``float8_e4m3fn_x4``, ...) packs
+    four values along the last axis into one element."""
+    from simulator.dtypes import PACKED
     a = np.asarray(array)
+    if str(dtype) in PACKED:
+        return _pack_x4(a, str(dtype))
+    target = dtype_of(dtype)
     if target.kind in "iu" and a.dtype.kind == "f":
         info = np.iinfo(target)
         return np.clip(np.rint(a.astype(np.float64)), info.min, info.max).astype(target)

@@ -111,3 +111,12 @@ def test_a_multi_rank_row_compares_every_rank(snapshot, rows):
                                                  ranks=[{"x": x} for x in xs], rtol=0, atol=0))
     res = nkilib_harness.run_row(str(snapshot), "_tiny_ranks_swapped")
     assert res["stage"] == "runs" and "output 0 does not match" in res["error"]
+
+
+def test_neuron_dtypes_standin_packs_mx_x4_values():
+    import nki.language as nl
+    mod = standins.install()
+    packed = mod.static_cast(np.array([[1.0, -2.0, 0.5, 448.0]], np.float32), nl.float8_e4m3fn_x4)
+    assert packed.shape == (1, 1) and int(packed.view(np.uint32)[0, 0]) == 0x7E30C038   # element 0 lowest
+    fp4 = mod.static_cast(np.array([[0.5, 1.0, -6.0, 0.0]], np.float32), nl.float4_e2m1fn_x4)
+    assert int(fp4.view(np.uint16)[0, 0]) == 0x0F21

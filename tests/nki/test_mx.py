@@ -139,3 +139,23 @@ def test_quantize_into_a_slice_of_a_3d_tile():
     np.testing.assert_array_equal(data[:, 0], bits)
     for q in range(4):
         np.testing.assert_array_equal(scales[32 * q:32 * q + 4, 0], want[4 * q:4 * q + 4])
+
+
+def test_a_host_array_of_a_packed_dtype_reaches_the_kernel_as_that_dtype():
+    from simulator.dtypes import packed_host_dtype
+    seen = []
+
+    @nki.jit(platform_target="trn3")
+    def copy_in(x):
+        seen.append(x.dtype)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+    bits = np.arange(32 * 4, dtype=np.uint32).reshape(32, 4) * 0x01010101
+    got = copy_in(bits.view(packed_host_dtype("float8_e4m3fn_x4")))
+    assert seen[-1] == nl.float8_e4m3fn_x4
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint32), bits)
+    with pytest.raises(ValueError, match="not a packed MX dtype"):
+        packed_host_dtype("bfloat16")

@@ -97,6 +97,20 @@ def test_garbage_reaching_an_output_names_the_first_read():
     assert "reaches 'o'" in str(e) and "kern.py:7" in str(e)
 
 
+def test_garbage_stored_then_overwritten_in_the_output_is_allowed():
+    """A kernel may store a whole tile whose unwritten rows it then overwrites in the output (padding
+    zeroed after the fact): only garbage still in the output at the end counts."""
+    half = Instruction("memset", "vector", {"dst": ap("a", (2, 4))}, {}, {"value": 0.0}, loc(1))
+    pad = Instruction("memset", "vector", {"dst": ap("o", (2, 4), offset=8)}, {}, {"value": 0.0}, loc(4))
+    program = build(U, [half, copy("o", "a", (4, 4), line=3), pad], outputs=["o"])
+    validate(program, TRN2, rules=False)
+    # Without the overwrite the garbage stays: the error names the first read and the store.
+    program = build(U, [half, copy("o", "a", (4, 4), line=3)], outputs=["o"])
+    with pytest.raises(KernelRuleError) as info:
+        validate(program, TRN2, rules=False)
+    assert info.value.rule == "read-uninitialized" and "reaches 'o'" in str(info.value)
+
+
 def _shuffle_program(mask_head, store_rows):
     """Partitions 0..31 of 'q' (32 partitions): only partition 16 written; a shuffle moves partitions by
     ``mask_head`` + 255s (left unmodified) in place; then ``store_rows`` partitions go to the output."""

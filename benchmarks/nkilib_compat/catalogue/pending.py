@@ -38,19 +38,6 @@ def attention_block_tkg(lib):
 MX = "the MX path of trn3 (float4/float8 x4 dtypes, quantize_mx, nc_matmul_mx); harness inputs not written yet"
 
 
-@row("mlp_gate_up_projection_mx", kernel="core.mlp.mlp_tkg.gate_up_projection_mx_shard_H:"
-     "gate_up_projection_mx_tp_shard_H", reference="core.mlp.mlp_tkg.mlp_proj_mxfp4_torch",
-     source="test_mlp_proj_mxfp4.py", needs="mx")
-def mlp_gate_up_projection_mx(lib):
-    _imports_then(lib, ["core.mlp.mlp_tkg.gate_up_projection_mx_shard_H:gate_up_projection_mx_tp_shard_H"], MX)
-
-
-@row("mlp_down_projection_mx", kernel="core.mlp.mlp_tkg.down_projection_mx_shard_H:down_projection_mx_shard_H",
-     reference="core.mlp.mlp_tkg.mlp_proj_mxfp4_torch", source="test_mlp_proj_mxfp4.py", needs="mx")
-def mlp_down_projection_mx(lib):
-    _imports_then(lib, ["core.mlp.mlp_tkg.down_projection_mx_shard_H:down_projection_mx_shard_H"], MX)
-
-
 @row("moe_cte_mx", kernel="core.moe.moe_cte.bwmm_shard_on_block_mx:bwmm_shard_on_block_mx",
      reference="the test's MX golden", source="test_moe_bwmm_mx_cte.py", needs="mx")
 def moe_cte_mx(lib):
