@@ -29,8 +29,6 @@ MODULES = {
 GAPS: dict[str, str] = {}
 # Names that exist here and raise NotSimulatedError at the kernel line (nki.compat.extra.not_simulated).
 NOT_SIMULATED = {
-    "neuronxcc.nki.language.gemm_grid": "undocumented stub with no described behaviour",
-    "neuronxcc.nki.language.gemm_stationary_grid": "undocumented stub with no described behaviour",
     "neuronxcc.nki.isa.builtin_custom_op": "runs a custom GpSimd microcode library, which has no numpy model",
 }
 # Names implemented with a documented difference.
@@ -71,6 +69,9 @@ NOTES = {
     "nki.isa.core_barrier": "between the program instances of a launch (e.g. kernel[nl.nc(2)])",
     "nki.isa.sendrecv": "between the program instances of a launch; every instance joins the exchange",
     "neuronxcc.nki.language.all_reduce": "across the SPMD program instances along program_axes",
+    "neuronxcc.nki.language.gemm_grid": "the index grid of a [128, 512] tile (the stub describes no return value)",
+    "neuronxcc.nki.language.gemm_stationary_grid": "the index grid of a [128, 128] tile (the stub describes no "
+        "return value)",
     "neuronxcc.nki.compiler.sbuf.alloc": "each logical block at the tile the function names (nki.placement); "
         "overlap, capacity and start-partition errors; automatic tiles go around them",
     "neuronxcc.nki.compiler.psum.alloc": "each logical block in the bank the function names (nki.placement)",

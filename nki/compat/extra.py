@@ -73,9 +73,20 @@ def atomic_rmw(dst, value, op, *, mask=None, **kwargs):
     _nisa.dma_copy(dst=dst, src=cur)
 
 
-gemm_grid = not_simulated("neuronxcc.nki.language.gemm_grid", "an undocumented stub with no described behaviour")
-gemm_stationary_grid = not_simulated("neuronxcc.nki.language.gemm_stationary_grid",
-                                     "an undocumented stub with no described behaviour")
+def gemm_grid():
+    """The index grid ``(i_p, i_f)`` of a Tensor Engine matmul result tile, which is also the moving
+    operand's tile: ``nl.mgrid[0:pmax, 0:gemm_moving_fmax]`` ([128, 512]). The AWS stub only calls it the
+    tile definition of those operands; that it returns the index grid (as ``nl.mgrid`` does, usable as
+    ``t[i_p, i_f]``) is nkihub's reading of "grid"."""
+    from nki.compat.affine import mgrid
+    return mgrid[0:_nl.tile_size.pmax, 0:_nl.tile_size.gemm_moving_fmax]
+
+
+def gemm_stationary_grid():
+    """The index grid ``(i_p, i_f)`` of a matmul's stationary operand tile:
+    ``nl.mgrid[0:pmax, 0:gemm_stationary_fmax]`` ([128, 128]); see ``gemm_grid`` for what the docs say."""
+    from nki.compat.affine import mgrid
+    return mgrid[0:_nl.tile_size.pmax, 0:_nl.tile_size.gemm_stationary_fmax]
 
 
 # -- nisa (tile-returning) ---------------------------------------------------------------------------------

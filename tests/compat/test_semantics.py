@@ -123,3 +123,21 @@ def test_affine_range_with_precise_schedule_keeps_the_kernel_order():
     x = np.random.default_rng(7).standard_normal((256, 8)).astype(np.float32)
     np.testing.assert_allclose(running(x), np.concatenate([x[:128], x[:128] + x[128:]]), rtol=1e-6)
     assert [lp.kind for lp in running.trace(x).loops.values()] == ["sequential"]
+
+
+def test_gemm_grids_index_the_matmul_tiles():
+    # gemm_grid: the moving operand / result tile [128, 512]; gemm_stationary_grid: the stationary [128, 128].
+    @nki.jit
+    def mm(a, b):
+        out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
+        i_p, i_f = nl.gemm_grid()
+        s_p, s_f = nl.gemm_stationary_grid()
+        stationary = nl.load(a[s_p, s_f])
+        moving = nl.load(b[i_p, i_f])
+        res = nisa.nc_matmul(stationary, moving)
+        nl.store(out[i_p, i_f], value=res)
+        return out
+
+    r = np.random.default_rng(8)
+    a, b = r.standard_normal((128, 128)).astype(np.float32), r.standard_normal((128, 512)).astype(np.float32)
+    np.testing.assert_allclose(mm(a, b), a.T @ b, rtol=1e-4, atol=1e-3)
