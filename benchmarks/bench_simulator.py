@@ -8,7 +8,8 @@ neuron/gelu-mlp. Each kernel is called through ``nki.jit`` (traced once, then re
 replays plan the batched schedule, the timed ones run it) and timed against torch on the same inputs:
 ``torch-native`` in the kernel's dtype (bf16) and ``torch-fp32`` on fp32 copies of the bf16 inputs,
 the floor for a faithful simulation of bf16 inputs with fp32 accumulation. The table prints best-of-N
-times of rounds that time the three side by side, the ratios, and the simulator's instructions per
+times of rounds that time the three side by side, the ratios, the ratio of CPU seconds (all threads;
+steadier than wall time when other processes share the cores), and the simulator's instructions per
 second. ``--check`` (default) first checks the fast engine's outputs are bit-identical to the reference
 executor's; ``--reference`` also times the reference executor. Ratios are of this machine in this run.
 """
@@ -92,10 +93,11 @@ def cases() -> dict:
     }
 
 
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
+def _timed(fn) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds: every thread's, the simulator's lanes and torch's pool)."""
+    c0, t0 = time.process_time(), time.perf_counter()
     fn()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def _same_bits(kernel, args) -> bool:
@@ -116,7 +118,7 @@ def measure(names=None, repeat: int = 5, check: bool = True, reference: bool = F
             continue
         f32_args = _f32(args)
         sim = lambda: kernel(*args)  # noqa: E731
-        first = _timed(sim)
+        first = _timed(sim)[0]
         for _ in range(2):    # the second call plans the batched schedule; the third runs it once
             sim()
         program = kernel.specialize(*args).program
@@ -131,10 +133,13 @@ def measure(names=None, repeat: int = 5, check: bool = True, reference: bool = F
             arrays = [to_numpy(a) for a in args if isinstance(a, torch.Tensor)]
             timers["reference_s"] = lambda: ex.run(arrays)
         best = {k: float("inf") for k in timers}
+        cpu = {k: float("inf") for k in timers}
         for _ in range(repeat):
             for k, fn in timers.items():
-                best[k] = min(best[k], _timed(fn))
+                wall, used = _timed(fn)
+                best[k], cpu[k] = min(best[k], wall), min(cpu[k], used)
         row.update(best)
+        row.update({"sim_cpu_s": cpu["sim_s"], "fp32_cpu_s": cpu["fp32_s"]})
         rows.append(row)
     return rows
 
@@ -143,18 +148,19 @@ def table(rows: list[dict]) -> str:
     """The ratios as a text table."""
     ref = any("reference_s" in r for r in rows)
     head = (f"{'case':<38}{'instrs':>7}{'sim ms':>9}{'native ms':>10}{'fp32 ms':>9}{'sim/native':>11}"
-            f"{'sim/fp32':>9}{'Minstr/s':>9}{'bits':>6}" + (f"{'ref/sim':>9}" if ref else ""))
+            f"{'sim/fp32':>9}{'cpu ratio':>10}{'Minstr/s':>9}{'bits':>6}" + (f"{'ref/sim':>9}" if ref else ""))
     lines = [head, "-" * len(head)]
     for r in rows:
         bits = {True: "same", False: "DIFF", None: "-"}[r["bit_identical"]]
         line = (f"{r['case']:<38}{r['instructions']:>7}{r['sim_s'] * 1e3:>9.1f}{r['native_s'] * 1e3:>10.1f}"
                 f"{r['fp32_s'] * 1e3:>9.1f}{r['sim_s'] / r['native_s']:>10.2f}x{r['sim_s'] / r['fp32_s']:>8.2f}x"
-                f"{r['instructions'] / r['sim_s'] / 1e6:>9.3f}{bits:>6}")
+                f"{r['sim_cpu_s'] / r['fp32_cpu_s']:>9.2f}x{r['instructions'] / r['sim_s'] / 1e6:>9.3f}{bits:>6}")
         if ref:
             line += f"{r['reference_s'] / r['sim_s']:>8.1f}x"
         lines.append(line)
     lines.append("sim: a replayed call on the fast engine; native: torch in bf16; fp32: torch on fp32 copies of "
-                 "the bf16 inputs; best of --repeat rounds, this machine in this run")
+                 "the bf16 inputs; best of --repeat rounds, this machine in this run; cpu ratio: CPU seconds of all "
+                 "threads, sim over fp32 (other processes inflate wall times far more than CPU times)")
     return "\n".join(lines)
 
 
@@ -166,8 +172,9 @@ def main() -> None:
     parser.add_argument("--reference", action="store_true", help="also time the reference executor")
     args = parser.parse_args()
     from simulator import config
+    load = ", load average: %.2f" % os.getloadavg()[0] if hasattr(os, "getloadavg") else ""
     print(f"cores: {os.cpu_count()}, torch threads: {torch.get_num_threads()}, simulator threads: "
-          f"{config.fast_threads()}, engine: {config.engine()}")
+          f"{config.fast_threads()}, engine: {config.engine()}{load}")
     names = [n for n in args.cases.split(",") if n]
     print(table(measure(names, args.repeat, not args.no_check, args.reference)))
 
