@@ -4,13 +4,15 @@ ranks (kernel invocations with their own inputs and outputs, as collectives run 
 
 Each instance is traced in turn. Where its code reaches a synchronisation point (a collective, a core
 barrier, a sendrecv) the builder records a :class:`Sync` instead of an instruction. :func:`merge` then
-interleaves the instances' instruction streams at those points: every instance runs up to its next point,
-and when all the members of a point are there, one instruction carrying every member's operands stands
-for it. So data a core writes before a barrier or a collective is what the others read after it, as on
-the hardware, and the dataflow checks and the cost model see one ordered Program.
+interleaves the instances' instruction streams at those points: every instance runs up to its next point
+(their instructions taken in turn, as cores running side by side progress together), and when all the
+members of a point are there, one instruction carrying every member's operands stands for it. So data a
+core writes before a barrier or a collective is what the others read after it, as on the hardware, and the
+dataflow checks and the cost model see one ordered Program.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -77,10 +79,16 @@ def merge(b: "tracing.Builder") -> None:
         queues[inst].append((pos, ev))
     cursor, out = list(starts), []
     while True:
+        # Between synchronisation points the cores run at once: their instructions are interleaved in
+        # step (round robin), so one core's early writes (zeroing a shared output) come before another
+        # core's late ones, as when two cores run the same code side by side.
+        runs = []
         for i, q in enumerate(queues):
             stop = q[0][0] if q else ends[i]
-            out.extend(instrs[cursor[i]:stop])
+            runs.append(instrs[cursor[i]:stop])
             cursor[i] = stop
+        for step in itertools.zip_longest(*runs):
+            out.extend(ins for ins in step if ins is not None)
         waiting = [i for i, q in enumerate(queues) if q]
         if not waiting:
             break

@@ -177,3 +177,25 @@ def test_collectives_are_costed_on_the_dma_queues():
     report = nki.profile(grid_all_reduce[4], x, target="trn2")
     line = next(c for c in report.top if c.opcode == "all_reduce")
     assert line.engine == "dma" and line.time_s > 0
+
+
+@nki.jit
+def zero_then_fill(x):
+    """Both cores zero the whole shared output, then each stores its half, then they meet at a barrier."""
+    c = nl.program_id(0)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    z = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=z, value=0.0)
+    nisa.dma_copy(dst=out, src=z)
+    half = x.shape[0] // 2
+    t = nl.ndarray((half, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[c * half:(c + 1) * half])
+    nisa.dma_copy(dst=out[c * half:(c + 1) * half], src=t)
+    nisa.core_barrier(out, cores=[0, 1])
+    return out
+
+
+def test_cores_progress_together_between_synchronisation_points():
+    # Core 1's early zeroing does not land after core 0's later store: the cores run side by side.
+    x = np.arange(8 * 4, dtype=np.float32).reshape(8, 4) + 1
+    np.testing.assert_array_equal(zero_then_fill[2](x), x)

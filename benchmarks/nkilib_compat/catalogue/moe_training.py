@@ -19,9 +19,11 @@ BF16 = ml_dtypes.bfloat16
 
 
 def blockwise_moe(hidden, affinity, w_gu, w_down, pos_to_id, block_to_expert, block, act="SiLU", clamps=None,
-                  b_gu=None, b_down=None):
+                  b_gu=None, b_down=None, clamp_masks=None):
     """Torch tensors in fp32: hidden [T+1, H] (last row zero), affinity [T+1, E], w_gu [E, H, 2, I],
-    w_down [E, I', H]. Returns (output [T+1, H], gate_up_T [N, 2, I, B], down [N, B, H])."""
+    w_down [E, I', H]. Returns (output [T+1, H], gate_up_T [N, 2, I, B], down [N, B, H]).
+    ``clamp_masks`` (per block, (gate, up) boolean [B, I]): where the clamps pass the gradient, as the
+    backward test decides it from the checkpointed (bf16) activations; torch's own rule otherwise."""
     import torch
     n = len(block_to_expert)
     ids = torch.as_tensor(pos_to_id.reshape(n, block)).long()
@@ -37,8 +39,13 @@ def blockwise_moe(hidden, affinity, w_gu, w_down, pos_to_id, block_to_expert, bl
             gate, up = gate + b_gu[e, 0], up + b_gu[e, 1]
         if clamps is not None:
             lin_hi, lin_lo, nl_hi, nl_lo = clamps
-            gate = torch.clamp(gate, min=nl_lo, max=nl_hi)
-            up = torch.clamp(up, min=lin_lo, max=lin_hi)
+            if clamp_masks is None:
+                gate = torch.clamp(gate, min=nl_lo, max=nl_hi)
+                up = torch.clamp(up, min=lin_lo, max=lin_hi)
+            else:
+                gm, um = clamp_masks[b]
+                gate = torch.where(gm, gate, torch.clamp(gate, min=nl_lo, max=nl_hi).detach())
+                up = torch.where(um, up, torch.clamp(up, min=lin_lo, max=lin_hi).detach())
         gu_t.append(torch.stack([gate, up], 1).permute(1, 2, 0))
         a = gate * torch.sigmoid(gate if act == "SiLU" else 1.702 * gate)
         down = (a * up) @ w_down[e, :inter]
@@ -76,8 +83,15 @@ def blockwise_mm_bwd(lib):
               "activation_type": params.ActFnType.SiLU}
 
     def expected():
-        out.backward(f(grad))
-        gh, ga, ggu, gd = (x.grad.numpy().astype(BF16) for x in tens)
+        # The test's golden passes the clamps' gradient where the checkpointed (bf16) activation lies
+        # strictly inside the limits; autograd through the fp32 forward would decide it from fp32 values.
+        ck = inputs["gate_up_proj_act_checkpoint_T"].astype(np.float32)      # [N, 2, I, B]
+        masks = [(torch.from_numpy((ck[b, 0].T > clamps[3]) & (ck[b, 0].T < clamps[2])),
+                  torch.from_numpy((ck[b, 1].T > clamps[1]) & (ck[b, 1].T < clamps[0]))) for b in range(len(ck))]
+        again = [f(hidden, True), f(aff, True), f(w_gu, True), f(w_down, True)]
+        out2, _, _ = blockwise_moe(*again, pos_to_id, block_to_expert, b, "SiLU", clamps, clamp_masks=masks)
+        out2.backward(f(grad))
+        gh, ga, ggu, gd = (x.grad.numpy().astype(BF16) for x in again)
         return [gh, ga.reshape(-1, 1), ggu, gd]
     return Case(kernel, inputs, expected, lnc=2, rtol=2e-2, atol=1e-5)
 
