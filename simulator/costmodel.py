@@ -2,7 +2,8 @@
 
 Queues: Tensor, Vector, Scalar and GpSimd each run one instruction stream, in the order ``issue`` gives
 (program order for ``nki`` kernels, list-scheduled for ``neuronxcc.nki`` kernels); 16 DMA queues each hold
-one transfer in flight (descriptor generation, fixed trigger-to-start latency, data movement). An
+one transfer in flight (descriptor generation, fixed trigger-to-start latency, data movement), and for
+``nki`` kernels DMAs are triggered in program order (``issue``: one sequencer issues them). An
 instruction starts when its queue is free and every instruction it depends on has finished; the scheduler
 places instructions in time order (an event simulation), so a ready instruction never waits for one that
 is not.
@@ -330,7 +331,8 @@ def schedule(program: Program, target=None) -> Schedule:
     last = {q: -1 for q in free}
     table_state: dict[str, object] = {}
     gap = {e: cr.ACCESS_START_CYCLES / target.clock_hz(e) for e in COMPUTE_QUEUES}
-    issuer = issue.Issuer(plan.family, policy.window)
+    issuer = issue.Issuer(plan.family, policy.window, policy.dma_in_order)
+    last_dma = -1   # the DMA triggered last (program-order issue: the next one is not triggered earlier)
 
     def ready(i: int) -> tuple[float, int]:
         t, binding = 0.0, -1
@@ -361,6 +363,9 @@ def schedule(program: Program, target=None) -> Schedule:
             tb, holder = banks.ready(idx)
             if tb > t_ready:
                 t_ready, binding = tb, holder
+        if engine == "dma" and policy.dma_in_order and last_dma >= 0 and sch.start[last_dma] > t_ready:
+            # Triggered when the previous DMA was: what decided that start decides this one.
+            t_ready, binding = sch.start[last_dma], sch.pred[last_dma]
         q = min(dma_queues, key=lambda name: max(free[name], t_ready)) if engine == "dma" else engine
         attr = cr.TABLE_SWITCH_ATTRS.get(ins.opcode)
         if attr is not None:
@@ -378,6 +383,7 @@ def schedule(program: Program, target=None) -> Schedule:
             if blocker >= 0:
                 pred, why = blocker, "port"
         if is_dma:
+            last_dma = idx
             spread = plan.spread[idx]
             earliest = start + cr.DMA_DESCRIPTOR_S + cr.DMA_FIXED_LATENCY_S
             xfer, end = bw.transfer(earliest, cost * spread, spread, plan.hbm[idx])

@@ -12,6 +12,17 @@ where they "do not want the compiler to change this loop"). That is a list sched
 as it schedules, so PSUM tiles depend on each other only through their data, and at most ``psum_banks``
 tiles are live at once (``PsumBanks``); SBUF keeps the program-order allocation's addresses, whose reuse
 bounds how far iterations overlap.
+
+DMAs follow the same split. A ``dma_copy`` is an instruction of an engine's sequencer ("Sync Engine or
+Scalar Engine sequencers invoke DGE hardware block to generate DMA descriptors as part of the
+nisa.dma_copy instruction", nki.isa.dma_copy), so under the NKI compiler DMAs are triggered in program
+order: a DMA whose operands are ready still waits until every DMA before it has been triggered (not
+finished: the transfers then run side by side on the 16 DMA engines). A load written after the store of
+the previous tile therefore starts after that store's data is computed. nkihub does not record
+``dma_copy``'s ``engine=``, so all DMAs are one stream (the Sync Engine's, the default). The RMSNorm-Quant
+design spec's profile (NKI Library) shows this: one DMA queue per core carries the kernel's loads and
+stores, and the Sync Engine is busy from the first DMA to the last. The neuronxcc compiler orders DMAs
+itself: a DMA starts once its operands are ready.
 """
 from __future__ import annotations
 
@@ -28,15 +39,16 @@ LIST_WINDOW = 1024
 @dataclass(frozen=True)
 class Policy:
     """How a program's instructions issue: ``window`` instructions per engine to choose among (1: program
-    order), whether PSUM banks are assigned while scheduling, and whether a computation repeated on
-    unchanged inputs is done once (``recomputed``)."""
+    order), whether PSUM banks are assigned while scheduling, whether a computation repeated on
+    unchanged inputs is done once (``recomputed``), and whether DMAs are triggered in program order."""
 
     window: int
     psum_banks: bool
     computes_once: bool
+    dma_in_order: bool = False
 
 
-IN_ORDER = Policy(window=1, psum_banks=False, computes_once=False)
+IN_ORDER = Policy(window=1, psum_banks=False, computes_once=False, dma_in_order=True)
 LIST = Policy(window=LIST_WINDOW, psum_banks=True, computes_once=True)
 
 
@@ -85,11 +97,13 @@ class Issuer:
     ``release(i, t)`` makes instruction ``i`` a candidate once every instruction it depends on is placed
     (``t``: the earliest start its dependencies allow); ``next(free)`` returns the instruction to place
     next, (index, ready time), in time order over all queues, given each queue's free time; ``done(i)``
-    records that it was placed. DMAs are not windowed: each takes whichever DMA queue starts it soonest."""
+    records that it was placed. Each DMA takes whichever DMA queue starts it soonest; DMAs are issued in
+    program order when ``dma_in_order`` (window 1 over the DMA family), else as soon as they are ready."""
 
-    def __init__(self, family: list, window: int):
+    def __init__(self, family: list, window: int, dma_in_order: bool = False):
         self.family = family
         self.window = window
+        self.windows = {"dma": 1 if dma_in_order else len(family) + 1}
         self.order: dict[str, list[int]] = {}
         self.pos = [0] * len(family)
         for i, f in enumerate(family):
@@ -103,7 +117,7 @@ class Issuer:
 
     def release(self, i: int, t: float) -> None:
         f = self.family[i]
-        if f == "dma" or self.pos[i] < self.head[f] + self.window:
+        if self.pos[i] < self.head[f] + self.windows.get(f, self.window):
             heapq.heappush(self.ready[f], (t, i))
         else:
             heapq.heappush(self.held[f], (self.pos[i], i, t))
@@ -129,7 +143,7 @@ class Issuer:
         while self.head[f] < len(order) and self.placed[order[self.head[f]]]:
             self.head[f] += 1
         held = self.held[f]
-        while held and held[0][0] < self.head[f] + self.window:
+        while held and held[0][0] < self.head[f] + self.windows.get(f, self.window):
             _, j, t = heapq.heappop(held)
             heapq.heappush(self.ready[f], (t, j))
 

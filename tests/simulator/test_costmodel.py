@@ -207,23 +207,43 @@ def test_switching_the_activation_table_costs_extra():
     assert switch.latency_s == pytest.approx(same.latency_s + 2 * extra)
 
 
-def test_many_independent_dmas_pipeline_across_queues():
-    """16 small loads and 16 stores in flight together: far less than 32 fixed latencies in a row."""
-
-    @nki.jit
-    def copies(x):
-        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-        for i in nl.affine_range(x.shape[0] // 128):
-            t = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+@nki.jit
+def _copies(x, loads_first: bool):
+    """x -> out through SBUF in 128-row tiles: every load then every store, or load/store per tile."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    tiles = []
+    for i in nl.affine_range(x.shape[0] // 128):
+        t = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+        if not loads_first:
             nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)
-        return out
+        tiles.append(t)
+    for i, t in enumerate(tiles):
+        if loads_first:
+            nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)
+    return out
 
+
+def test_many_independent_dmas_pipeline_across_queues():
+    """16 small loads, then 16 stores: in flight together, far less than 32 fixed latencies in a row."""
     one = cr.DMA_FIXED_LATENCY_S + cr.DMA_DESCRIPTOR_S
-    r = nki.profile(copies, np.zeros((128 * 16, 16), BF16), target="trn2")
+    r = nki.profile(_copies, np.zeros((128 * 16, 16), BF16), True, target="trn2")
     assert r.dma_count == 32
     assert 2 * one < r.latency_s < 4 * one
     assert r.engine_active["dma"] > 0.9
+
+
+def test_nki_dmas_are_triggered_in_program_order():
+    """The NKI compiler keeps program order, DMAs included (one sequencer triggers them): with each tile's
+    store written before the next tile's load, that load waits for the store, which waits for its own
+    load, so the 16 pairs run one after another. The neuronxcc compiler starts each load when it can."""
+    one = cr.DMA_FIXED_LATENCY_S + cr.DMA_DESCRIPTOR_S
+    x = np.zeros((128 * 16, 16), BF16)
+    r = nki.profile(_copies, x, False, target="trn2")
+    assert r.dma_count == 32 and r.latency_s > 16 * one
+    program = nki.compile(_copies, x, False, target="trn2", cache=False)
+    program.meta["issue"] = "list"
+    assert schedule(program, "trn2").latency_s < 4 * one
 
 
 # -- v2 shared ports (hardware.md "Engines") ---------------------------------------------------------------
