@@ -1,8 +1,10 @@
 """Instructions between cores or ranks: the collectives of ``nki.collectives``, ``core_barrier`` and
 ``sendrecv``. One instruction stands for every participant: participant i's operand ``role`` is
 ``p{i}_{role}`` (``attrs["n"]`` participants, in replica-group order; ``attrs["k"]`` tensors each for the
-coalesced forms, roles ``src0``.. / ``dst0``..). Numerics: values meet in fp32 (reductions add, min or max
-in fp32) and are cast once to each destination's dtype.
+coalesced forms, roles ``src0``.. / ``dst0``..). Numerics: reductions add, min or max in fp32 and cast once
+to each destination's dtype; collectives that only move data (gathers, all-to-alls, permutes, sendrecv)
+copy the bits when source and destination dtypes agree, as a DMA does (a uint32 above 2^24 or a packed
+x4 element would not survive fp32), and convert through fp32 otherwise.
 """
 from __future__ import annotations
 
@@ -27,6 +29,12 @@ def _tensors(ins) -> range:
 def _size(ins, i: int, role: str) -> int:
     ap = ins.src.get(f"p{i}_{role}") or ins.dst.get(f"p{i}_{role}")
     return ap.size
+
+
+def _values(arrays: list, like: np.ndarray) -> list:
+    """The sources as moved to a destination like ``like``: unchanged when every dtype matches its
+    dtype (bits survive), else their fp32 values (the DMA engines convert through fp32)."""
+    return list(arrays) if all(a.dtype == like.dtype for a in arrays) else [f32(a) for a in arrays]
 
 
 def _reduce(arrays: list, op: str) -> np.ndarray:
@@ -82,8 +90,9 @@ def _all_gather(ins, src, dst, ctx):
     """Every participant's dst_j = the participants' src_j concatenated along ``collective_dim``."""
     n, dim = ins.attrs["n"], ins.attrs.get("collective_dim", 0)
     for j in _tensors(ins):
-        whole = np.concatenate([f32(s) for s in parts(src, n, f"src{j}")], axis=dim)
-        for d in parts(dst, n, f"dst{j}"):
+        dsts = parts(dst, n, f"dst{j}")
+        whole = np.concatenate(_values(parts(src, n, f"src{j}"), dsts[0]), axis=dim)
+        for d in dsts:
             store(d, whole.reshape(d.shape))
 
 
@@ -101,8 +110,9 @@ def _all_to_all(ins, src, dst, ctx):
     ``collective_dim``), concatenated in participant order."""
     n, dim = ins.attrs["n"], ins.attrs.get("collective_dim", 0)
     for j in _tensors(ins):
-        pieces = [np.split(f32(s), n, axis=dim) for s in parts(src, n, f"src{j}")]
-        for i, d in enumerate(parts(dst, n, f"dst{j}")):
+        dsts = parts(dst, n, f"dst{j}")
+        pieces = [np.split(s, n, axis=dim) for s in _values(parts(src, n, f"src{j}"), dsts[0])]
+        for i, d in enumerate(dsts):
             store(d, np.concatenate([p[i] for p in pieces], axis=dim).reshape(d.shape))
 
 
@@ -114,13 +124,14 @@ def _all_gather_v(ins, src, dst, ctx):
     """Flat buffers: each participant s sends src[displ:displ + count] (metadata rows 0/1, first column);
     it lands in every dst at slot s (slots of dst.size / n elements), or at row 3's displacement."""
     n = ins.attrs["n"]
+    moved = _values(parts(src, n, "src0") + parts(dst, n, "dst0"), dst["p0_dst0"])
     chunks = []
     for s in range(n):
-        m, flat = _meta(src, s), f32(src[f"p{s}_src0"]).reshape(-1)
+        m, flat = _meta(src, s), moved[s].reshape(-1)
         chunks.append(flat[m[1, 0]:m[1, 0] + m[0, 0]])
     for r in range(n):
         d = dst[f"p{r}_dst0"]
-        out = f32(d).reshape(-1).copy()
+        out = moved[n + r].reshape(-1).copy()
         m, slot = _meta(src, r), d.size // n
         for s, c in enumerate(chunks):
             at = m[3, s] if ins.attrs.get("has_rdispls") else s * slot
@@ -132,12 +143,13 @@ def _all_to_all_v(ins, src, dst, ctx):
     """Flat buffers: participant s sends src[sdispl[r]:sdispl[r] + scount[r]] (metadata rows 1 and 0) to
     each r; r places what it receives in source order, contiguously, or at row 3's displacements."""
     n = ins.attrs["n"]
+    moved = _values(parts(src, n, "src0") + parts(dst, n, "dst0"), dst["p0_dst0"])
     for r in range(n):
         d = dst[f"p{r}_dst0"]
-        out, at = f32(d).reshape(-1).copy(), 0
+        out, at = moved[n + r].reshape(-1).copy(), 0
         mine = _meta(src, r)
         for s in range(n):
-            m, flat = _meta(src, s), f32(src[f"p{s}_src0"]).reshape(-1)
+            m, flat = _meta(src, s), moved[s].reshape(-1)
             chunk = flat[m[1, r]:m[1, r] + m[0, r]]
             if ins.attrs.get("has_rdispls"):
                 at = mine[3, s]

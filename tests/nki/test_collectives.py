@@ -199,3 +199,38 @@ def test_cores_progress_together_between_synchronisation_points():
     # Core 1's early zeroing does not land after core 0's later store: the cores run side by side.
     x = np.arange(8 * 4, dtype=np.float32).reshape(8, 4) + 1
     np.testing.assert_array_equal(zero_then_fill[2](x), x)
+
+
+@nki.jit
+def move_only(inp, flat, meta, rg):
+    """The collectives that only move data, on uint32 tensors: all_gather and all_to_all of inp [P, F],
+    all_gather_v and all_to_all_v of the flat buffer ``flat`` [F2] per ``meta``."""
+    p, f = inp.shape
+    n = len(rg.replica_groups[0])
+    gathered = nl.ndarray((p, n * f), dtype=inp.dtype, buffer=nl.shared_hbm)
+    ncc.all_gather([inp], [gathered], rg, collective_dim=1)
+    swapped = nl.ndarray((p, f), dtype=inp.dtype, buffer=nl.shared_hbm)
+    ncc.all_to_all([inp], [swapped], rg, collective_dim=1)
+    gathered_v = nl.ndarray(flat.shape, dtype=flat.dtype, buffer=nl.shared_hbm)
+    ncc.all_gather_v([flat], [gathered_v], rg, meta)
+    swapped_v = nl.ndarray(flat.shape, dtype=flat.dtype, buffer=nl.shared_hbm)
+    ncc.all_to_all_v([flat], [swapped_v], rg, meta)
+    return gathered, swapped, gathered_v, swapped_v
+
+
+def test_data_moving_collectives_copy_bits_of_wide_integers():
+    # uint32 values above 2^24 (not representable in fp32) arrive bit for bit, as a DMA moves them.
+    n, big = 2, np.uint32(16777217)
+    xs = [(np.arange(4 * 6, dtype=np.uint32).reshape(4, 6) * 7919 + big + r) for r in range(n)]
+    flats = [np.arange(8, dtype=np.uint32) * 3 + big + 100 * r for r in range(n)]
+    # Rows: send counts (2 to each rank), send displacements (2 * r), recv counts (unused here).
+    meta = np.array([[2] * n, [2 * r for r in range(n)], [2] * n], np.uint32)
+    g = ncc.ReplicaGroup([list(range(n))])
+    res = run_ranks(move_only, [(xs[r], flats[r], meta, g) for r in range(n)])
+    for r, (gathered, swapped, gathered_v, swapped_v) in enumerate(res):
+        np.testing.assert_array_equal(gathered, np.concatenate(xs, axis=1))
+        np.testing.assert_array_equal(swapped, np.concatenate([x[:, 3 * r:3 * r + 3] for x in xs], axis=1))
+        for s in range(n):   # all_gather_v: rank s's 2 elements from displacement 0 land in slot s
+            np.testing.assert_array_equal(gathered_v[4 * s:4 * s + 2], flats[s][0:2])
+        np.testing.assert_array_equal(swapped_v[:2 * n],
+                                      np.concatenate([flats[s][2 * r:2 * r + 2] for s in range(n)]))
