@@ -149,6 +149,16 @@ def _columns(ap: AccessPattern, width: int) -> np.ndarray:
     return cols
 
 
+def _column_range(ap: AccessPattern, width: int):
+    """``(first, end)`` when the columns ``ap`` touches in a row are exactly ``first:end``, else None."""
+    step, first = 1, ap.offset % width
+    for stride, n in sorted((d for d in ap.dims[1:] if d[1] > 1), key=lambda d: d[0]):
+        if stride != step:
+            return None
+        step *= n
+    return first, first + step
+
+
 def _contains(outer: AccessPattern, inner: AccessPattern, width: int) -> bool:
     """Whether every element of ``inner`` is an element of ``outer`` (row-shaped patterns: rows compared
     as progressions, the columns of one row as sets)."""
@@ -159,6 +169,11 @@ def _contains(outer: AccessPattern, inner: AccessPattern, width: int) -> bool:
     last = i0 + is_ * (in_ - 1)
     if i0 < o0 or (i0 - o0) % os_ or last > o0 + os_ * (on - 1) or (in_ > 1 and is_ % os_):
         return False
+    span = _column_range(outer, width)
+    if span is not None:    # the usual case: outer's columns are a range, so compare inner's bounds
+        lo = inner.offset % width + sum(min(0, s * (n - 1)) for s, n in inner.dims[1:])
+        hi = inner.offset % width + sum(max(0, s * (n - 1)) for s, n in inner.dims[1:])
+        return span[0] <= lo and hi < span[1]
     return bool(np.isin(_columns(inner, width), _columns(outer, width)).all())
 
 

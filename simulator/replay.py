@@ -15,6 +15,8 @@ differently, measured on the library kernels (see docs/simulator.md):
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import threading
 import warnings
 
@@ -34,6 +36,20 @@ from simulator.threads import run_on_lanes
 
 # Programs shorter than this replay unbatched: planning would cost more than it saves.
 BATCH_MIN_INSTRUCTIONS = 32
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Planning and binding allocate hundreds of thousands of small objects that all stay alive, so
+    the cyclic collector's passes find nothing and cost about half of binding (vit-attn: 0.21 -> 0.09 s
+    unbatched); pause it meanwhile (leaving it off if someone else turned it off)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def generic_step(execute, ins, src: dict, dst: dict):
@@ -176,7 +192,8 @@ class Replay:
                 self._batches, self.batch_note = False, "too few instructions to pay for planning"
             else:
                 try:
-                    self._batches, self.batch_note = plan_batches(self.program), "batched"
+                    with _gc_paused():
+                        self._batches, self.batch_note = plan_batches(self.program), "batched"
                 except NotBatchable as exc:
                     self._batches, self.batch_note = False, f"not batched: {exc}"
         return self._batches or None
@@ -191,7 +208,10 @@ class Replay:
             ws, self._pool = (fitting[-1], fitting[:-1]) if fitting else (None, [])
         if ws is not None and not self.checked:
             ws.refill(self)
-        return ws or _Workspace(self, batches, lanes)
+        if ws is None:
+            with _gc_paused():
+                ws = _Workspace(self, batches, lanes)
+        return ws
 
     def run(self, inputs, *, echo_prints: bool = True, ctx: ExecContext | None = None) -> list[np.ndarray]:
         """Run with ``inputs`` (arrays in the Program's input order); return the outputs as numpy arrays
