@@ -91,3 +91,19 @@ def run(kernel, *args, **kwargs):
 
     args = tuple(a.detach().contiguous() if isinstance(a, torch.Tensor) else a for a in args)
     return launch(kernel, *args, **kwargs)
+
+
+def loads_ahead(items, load, compute, ahead: int = 1):
+    """Trace ``load(item)`` for each item ``ahead`` steps before ``compute(item)`` (which ends with its
+    stores): loads 0..ahead-1; then load i+ahead, compute i. Under the NKI compiler DMAs are triggered in
+    program order, so a loop written load -> compute -> store would start tile i+1's load only after tile
+    i's store (whose data waits for tile i's compute); issuing later loads first lets them overlap this
+    tile's compute. The caller's buffers must hold ``ahead + 1`` items' loads at once (a ring of that many
+    slots or more)."""
+    items = list(items)
+    for item in items[:ahead]:
+        load(item)
+    for n, item in enumerate(items):
+        if n + ahead < len(items):
+            load(items[n + ahead])
+        compute(item)

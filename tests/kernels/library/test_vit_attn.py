@@ -121,3 +121,17 @@ def test_lse_output_and_opcheck():
     torch.testing.assert_close(lse, torch.logsumexp(q @ k.transpose(-1, -2) * 0.125, -1), atol=2e-5, rtol=2e-5)
     opcheck(ops.vit_attention_with_lse, (q, k, v, 0.125))
     opcheck(ops.vit_attention_backward, (q, k, v, out, torch.randn_like(out), lse, torch.zeros_like(lse), 0.125))
+
+
+def test_unfused_baseline_matches_reference_with_loads_ahead():
+    # the baseline the speedup is measured against: partial row tiles, several heads (the load pipeline's
+    # prologue and drain), S > 512 (two PSUM-bank chunks)
+    from kernels.library.attention_baseline import unfused_attention
+    from kernels.library.common import loads_ahead
+    for shape in [(2, 3, 197, 64), (1, 1, 600, 40)]:
+        q, k, v = _qkv(shape, torch.float32, 13)
+        out = torch.as_tensor(unfused_attention(q, k, v, 0.125))
+        torch.testing.assert_close(out, reference(q, k, v, 0.125), atol=2e-5, rtol=2e-5)
+    trace = []
+    loads_ahead(range(4), lambda i: trace.append(f"L{i}"), lambda i: trace.append(f"C{i}"), 2)
+    assert trace == ["L0", "L1", "L2", "C0", "L3", "C1", "C2", "C3"]
