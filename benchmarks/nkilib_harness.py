@@ -54,6 +54,8 @@ def _first_line(exc: BaseException, snapshot: str) -> str:
         where = f"{os.path.relpath(loc.file, snapshot) if loc.file.startswith(snapshot) else loc.file}:{loc.line}"
     if isinstance(exc, SyntaxError) and exc.filename:
         where = f"{os.path.relpath(exc.filename, snapshot)}:{exc.lineno}"
+        if os.path.abspath(exc.filename).startswith(snapshot):   # the library's source, not the simulator
+            text = f"their file does not parse: {text}"
     return f"{text} ({where})" if where else text
 
 

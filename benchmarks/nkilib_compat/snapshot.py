@@ -20,3 +20,4 @@ def prepare(snapshot: str) -> None:
     from nkilib_compat import standins
     standins.install()
     standins.install_test_enums()
+    standins.expose_test_utils(snapshot)

@@ -97,3 +97,24 @@ def install_test_enums() -> None:
     mod.BWMMFunc = enum.Enum("BWMMFunc", ["SHARD_ON_INTERMEDIATE", "SHARD_ON_INTERMEDIATE_HW", "SHARD_ON_BLOCK",
                                           "SHARD_ON_INTERMEDIATE_DROPPING"])
     sys.modules[name] = mod
+
+
+def expose_test_utils(snapshot: str) -> None:
+    """Some torch references import helpers from the library's own test utilities
+    (``test.integration.nkilib.utils``, e.g. the QKV reference's norm table). That package (license
+    header only) is registered here with its ``__path__`` in the snapshot, so its modules load from there
+    unmodified, without putting the snapshot's root, whose ``test`` shadows the standard library's, on
+    ``sys.path``."""
+    import importlib
+    from pathlib import Path
+    name = "test.integration.nkilib.utils"
+    folder = Path(snapshot).resolve() / "test" / "integration" / "nkilib" / "utils"
+    parent = importlib.import_module("test.integration.nkilib")   # the stand-in chain of install_test_enums
+    mod = types.ModuleType(name, "the library's test utilities package, modules loaded from the snapshot")
+    mod.__path__ = [str(folder)]
+    for stale in [m for m in sys.modules if m.startswith(name + ".")]:   # loaded from another snapshot
+        if not str(getattr(sys.modules[stale], "__file__", "") or "").startswith(str(folder)):
+            del sys.modules[stale]
+    sys.modules[name] = mod
+    parent.utils = mod
+

@@ -120,3 +120,29 @@ def test_neuron_dtypes_standin_packs_mx_x4_values():
     assert packed.shape == (1, 1) and int(packed.view(np.uint32)[0, 0]) == 0x7E30C038   # element 0 lowest
     fp4 = mod.static_cast(np.array([[0.5, 1.0, -6.0, 0.0]], np.float32), nl.float4_e2m1fn_x4)
     assert int(fp4.view(np.uint16)[0, 0]) == 0x0F21
+
+
+def test_references_can_import_the_library_test_utilities(snapshot, rows):
+    # A torch reference importing ``test.integration.nkilib.utils.<module>`` gets the snapshot's own file,
+    # while the standard library's ``test`` package is not shadowed by the snapshot's root.
+    utils = snapshot / "test" / "integration" / "nkilib" / "utils"
+    utils.mkdir(parents=True)
+    (utils / "__init__.py").write_text("")
+    (utils / "factor.py").write_text("FACTOR = 2\n")
+    x = np.ones((8, 4), np.float32)
+
+    def build(lib):
+        from test.integration.nkilib.utils.factor import FACTOR
+        return Case(lib.get("tiny:double"), {"x": x}, [FACTOR * x], rtol=0, atol=0)
+    rows("_tiny_test_utils", build)
+    res = nkilib_harness.run_row(str(snapshot), "_tiny_test_utils")
+    assert res["stage"] == "matches", res
+    assert str(snapshot) not in sys.path
+
+
+def test_a_library_file_that_does_not_parse_is_named_as_theirs(snapshot, rows):
+    (snapshot / "src" / "nkilib_src" / "nkilib" / "unparsable.py").write_text("x = 1\n    y = 2\n")
+    rows("_tiny_unparsable", lambda lib: lib.get("unparsable:x"))
+    res = nkilib_harness.run_row(str(snapshot), "_tiny_unparsable")
+    assert res["stage"] == "fails to import"
+    assert res["error"].startswith("their file does not parse: IndentationError") and "unparsable.py:2" in res["error"]

@@ -117,3 +117,59 @@ def attention_tkg(lib):
                             active_blocks_table=None, k_out=torch.zeros(k_out_shape), DBG_TENSORS=None)
         return [out.numpy().astype(BF16), k_out.numpy().astype(BF16)]
     return Case(kernel, inputs, expected, rtol=1e-2, atol=1e-5)
+
+
+@row("attention_block_tkg", kernel="experimental.transformer.attention_block_tkg:attention_block_tkg",
+     reference="experimental.transformer.attention_block_tkg_torch:AttentionBlockTkgTorchRef",
+     source="test_attention_block_tkg.py AttnBlkTestConfig(batch=32, q_heads=1, d_head=64, H=3072, S_ctx=128, "
+            "S_tkg=1, rmsnorm_X=False, test_bias=True), HBM in and out, cache updated in place, lnc=2")
+def attention_block_tkg(lib):
+    kernel = lib.get("experimental.transformer.attention_block_tkg:attention_block_tkg")
+    Ref = lib.get("experimental.transformer.attention_block_tkg_torch:AttentionBlockTkgTorchRef")
+    Quant = lib.get("core.utils.common_types:QuantizationType")
+    full_mask = lib.get("core.attention.gen_mask_tkg_torch:build_full_attention_mask")
+    import torch
+    b, heads, d, h, s_ctx, s_tkg, lnc, eps = 32, 1, 64, 3072, 128, 1, 2, 1e-3
+    g = np.random.default_rng(0)
+
+    # Magnitudes as the test chooses them (its comment: keep attention scores O(1) so bf16 rounding cannot
+    # flip which cache position wins): activations, caches and cos/sin uniform in [-1, 1], the QKV weight
+    # N(0, 1/sqrt(H)), the output weight N(0, 0.5), biases uniform in [-0.1, 0.1].
+    def uniform(shape, lo=-1.0, hi=1.0):
+        return g.uniform(lo, hi, shape).astype(np.float32).astype(BF16)
+
+    def normal(shape, std):
+        return g.normal(0.0, std, shape).astype(np.float32).astype(BF16)
+
+    x = uniform((b, s_tkg, h))
+    w_qkv = normal((h, (heads + 2) * d), 1 / np.sqrt(h))
+    bias_qkv = uniform((1, (heads + 2) * d), -0.1, 0.1)
+    cos, sin = uniform((d // 2, b, s_tkg)), uniform((d // 2, b, s_tkg))
+    k_cache, v_cache = uniform((b, 1, s_ctx, d)), uniform((b, 1, s_ctx, d))
+    w_out = normal((heads * d, h), 0.5)
+    bias_out = uniform((1, h), -0.1, 0.1)
+    # Each sequence's filled length: spread over the cache, leaving room for the new tokens.
+    cache_len = ((np.arange(b) * 3 + s_ctx * 3 // 4) % (s_ctx - s_tkg))[:, None]
+    mask = full_mask(cache_lens=torch.from_numpy(cache_len.ravel()).float(), batch=b, num_heads=heads,
+                     s_active=s_tkg, s_ctx=s_ctx, lnc=lnc, include_active_mask=True, transposed=True)
+    mask = np.ascontiguousarray(mask.numpy()).astype(np.uint8)
+    common = {"X": x, "X_hidden_dim_actual": h, "rmsnorm_X_enabled": False, "rmsnorm_X_eps": eps,
+              "rmsnorm_X_gamma": None, "W_qkv": w_qkv, "bias_qkv": bias_qkv, "quantization_type_qkv": Quant.NONE,
+              "weight_dequant_scale_qkv": None, "input_dequant_scale_qkv": None, "cos": cos, "sin": sin,
+              "rope_contiguous_layout": True, "rmsnorm_QK_post_rope_enabled": False,
+              "rmsnorm_QK_post_rope_eps": eps, "K_cache_transposed": False, "active_blocks_table": None,
+              "K_cache": k_cache, "V_cache": v_cache, "attention_mask": mask, "sink": None,
+              "update_cache": True, "kv_cache_update_idx": cache_len.astype(np.uint32), "W_out": w_out,
+              "bias_out": bias_out, "quantization_type_out": Quant.NONE, "weight_dequant_scale_out": None,
+              "input_dequant_scale_out": None, "transposed_out": False, "out_in_sb": False,
+              "softmax_scale": None, "k_scale": None, "v_scale": None, "skip_attention": False}
+    # The kernel and its reference name the Q/K RMSNorm arguments differently (the test maps them).
+    inputs = {**common, "rmsnorm_QK_pre_rope_enabled": False, "rmsnorm_QK_pre_rope_eps": eps,
+              "rmsnorm_QK_pre_rope_W_Q": None, "rmsnorm_QK_pre_rope_W_K": None,
+              "rmsnorm_QK_post_rope_W_Q": None, "rmsnorm_QK_post_rope_W_K": None}
+    ref_args = {**common, "rmsnorm_QK_enabled": False, "rmsnorm_QK_eps": eps, "W_rmsnorm_Q_pre_rope": None,
+                "W_rmsnorm_K_pre_rope": None, "W_rmsnorm_Q_post_rope": None, "W_rmsnorm_K_post_rope": None}
+    ref = torch_reference(Ref(lnc), cast_back=BF16)
+    # The test validates each output by cosine similarity >= 0.99 and its range-relative allclose (rtol
+    # 0.015 of the largest reference value, atol 1e-5), which compare() restates; cosine is not repeated.
+    return Case(kernel, inputs, lambda: ref(**ref_args), lnc=lnc, rtol=0.015, atol=1e-5)

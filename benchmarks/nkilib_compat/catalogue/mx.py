@@ -59,7 +59,8 @@ def mxfp_load(lib):
 
 
 @row("rmsnorm_mx_quantize_tkg", kernel="core.subkernels.rmsnorm_mx_quantize_tkg:rmsnorm_mx_quantize_tkg",
-     reference="the test's golden (fp32 RMSNorm, then MX quantisation of the [128, T, H/128] layout), restated",
+     reference="the test's golden (fp32 RMSNorm, then MX quantisation of the [128, T, H/128] layout), restated; "
+               "judged on out and out_scale, as the test's golden holds only those",
      source="test_rmsnorm_mx_quantize_tkg.py (32, 1, 512, None, fp16, fp16, float8_e4m3fn_x4), lnc=2, trn3",
      needs="mx")
 def rmsnorm_mx_quantize_tkg(lib):
@@ -69,7 +70,7 @@ def rmsnorm_mx_quantize_tkg(lib):
     fn = lib.get("core.subkernels.rmsnorm_mx_quantize_tkg:rmsnorm_mx_quantize_tkg")
 
     # The test's wrapper: SBUF outputs, each core spilling its half of the tokens to HBM (the scale rows
-    # only; the test's output buffers start zeroed, so this one is zeroed first).
+    # only).
     @nki.jit
     def kernel(inp, gamma):
         prg = nl.program_id(0)
@@ -82,11 +83,13 @@ def rmsnorm_mx_quantize_tkg(lib):
         out = nl.ndarray((128, t, hf), dtype=inp.dtype, buffer=nl.shared_hbm)
         q = nl.ndarray((128, hf // 4, t), dtype=nl.float8_e4m3fn_x4, buffer=nl.shared_hbm)
         sc = nl.ndarray((128, hf // 4, t), dtype=nl.uint8, buffer=nl.shared_hbm)
-        zeros = nl.ndarray((128, hf // 4, t), dtype=nl.uint8, buffer=nl.sbuf)   # the test's outputs start zeroed
+        # The test's host buffers start zeroed; here core 0 zeroes the 28 rows of each quadrant that hold
+        # no scales, which no store touches, so no ordering between the cores is needed.
+        zeros = nl.ndarray((28, hf // 4, t), dtype=nl.uint8, buffer=nl.sbuf)
         nisa.memset(dst=zeros, value=0)
         if prg == 0:
-            nisa.dma_copy(src=zeros, dst=sc)
-        nisa.core_barrier(sc, cores=[0, 1])   # zeroed before either core writes its rows
+            for quadrant in nl.affine_range(4):
+                nisa.dma_copy(src=zeros, dst=sc[nl.ds(quadrant * 32 + 4, 28), :, :])
         half = t // 2
         nisa.dma_copy(src=out_sb[:, nl.ds(half * prg, half), :], dst=out[:, nl.ds(half * prg, half), :])
         other = nl.ds(half * (1 - prg), half)
@@ -109,11 +112,16 @@ def rmsnorm_mx_quantize_tkg(lib):
     want_sc = np.zeros((128, tiles, t), np.uint8)
     want_sc[SCALE_ROWS] = scale.reshape(16, tiles, t)
 
+    # Judged as the test judges: its golden holds "out" and "out_scale" only (out_quant is left out of
+    # the comparison on hardware), so out_quant is reported, not judged. The kernel rounds x * gamma to
+    # fp16 before quantising, the golden quantises the fp32 value, so a few fp8 values sit one step apart.
     def check(outs):
         ok1, s1 = compare(outs[0], result, 1e-2, 1e-3)
-        ok2, s2 = compare(unpack_x4(outs[1]), want_q, 1e-2, 1e-3)
+        q = unpack_x4(outs[1])
+        off = int((~np.isclose(q, want_q, rtol=1e-2, atol=1e-3)).sum())
         ok3 = np.array_equal(np.asarray(outs[2]), want_sc)
-        return ok1 and ok2 and ok3, f"out: {s1}; out_quant: {s2}; out_scale: {'equal' if ok3 else 'differ'}"
+        return ok1 and ok3, (f"out: {s1}; out_scale: {'equal' if ok3 else 'differ'}; out_quant (not judged, "
+                             f"as in the test): {off} of {q.size} fp8 values off the fp32-rounded golden")
     return Case(kernel, {"inp": x, "gamma": gamma}, None, lnc=2, check=check, target="trn3")
 
 
