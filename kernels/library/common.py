@@ -7,6 +7,7 @@ simulated; ``rows`` / ``unrows`` fold leading batch dims into one row axis (rows
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import torch
 
@@ -93,17 +94,23 @@ def run(kernel, *args, **kwargs):
     return launch(kernel, *args, **kwargs)
 
 
+def issued_ahead(iterable, n: int = 1):
+    """The items of ``iterable``, each yielded only after the next ``n`` are pulled. When pulling an item
+    traces its load DMAs (a generator of loaded tiles), the loads of tiles i+1..i+n come before the
+    instructions the caller traces for tile i, its compute and store. Under the NKI compiler DMAs are
+    triggered in program order, so a loop written load -> compute -> store would start tile i+1's load only
+    after tile i's store (whose data waits for tile i's compute); issuing the later loads first lets them
+    overlap this tile's compute. The caller's buffers must hold ``n + 1`` tiles' loads at once."""
+    pending = deque()
+    for item in iterable:
+        pending.append(item)
+        if len(pending) > n:
+            yield pending.popleft()
+    yield from pending
+
+
 def loads_ahead(items, load, compute, ahead: int = 1):
-    """Trace ``load(item)`` for each item ``ahead`` steps before ``compute(item)`` (which ends with its
-    stores): loads 0..ahead-1; then load i+ahead, compute i. Under the NKI compiler DMAs are triggered in
-    program order, so a loop written load -> compute -> store would start tile i+1's load only after tile
-    i's store (whose data waits for tile i's compute); issuing later loads first lets them overlap this
-    tile's compute. The caller's buffers must hold ``ahead + 1`` items' loads at once (a ring of that many
-    slots or more)."""
-    items = list(items)
-    for item in items[:ahead]:
-        load(item)
-    for n, item in enumerate(items):
-        if n + ahead < len(items):
-            load(items[n + ahead])
+    """``load(item)`` for each item ``ahead`` steps before ``compute(item)`` (which ends with its stores):
+    loads 0..ahead-1; then load i+ahead, compute i (see :func:`issued_ahead`)."""
+    for item in issued_ahead(((load(i), i)[1] for i in items), ahead):
         compute(item)

@@ -3,6 +3,13 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
+from kernels.library.common import issued_ahead
+
+# 128-row tiles whose loads are issued ahead of the tile being normalised (at least one DMA group): DMAs
+# are triggered in program order, so the next tiles' loads must be written before this tile's store to
+# overlap its compute.
+TILES_AHEAD = 2
+
 
 def load_row_vector(vec, rows, dtype=nl.float32):
     """A [rows, F] SBUF tile holding the HBM vector ``vec`` [F] on every partition (one DMA with a zero
@@ -90,7 +97,7 @@ def layer_norm_kernel(x, weight, bias, eps, tiles_per_dma=1):
     p = nl.tile_size.pmax
     w_tile = load_row_vector(weight, min(p, r))
     b_tile = load_row_vector(bias, min(p, r))
-    for r0, rows, x_tile in load_row_tiles(x, tiles_per_dma):
+    for r0, rows, x_tile in issued_ahead(load_row_tiles(x, tiles_per_dma), max(TILES_AHEAD, tiles_per_dma)):
         y = normalize_tile(x_tile, rows, eps, w_tile, b_tile, x.dtype)
         nisa.dma_copy(dst=out[r0:r0 + rows, :], src=y)
     return out

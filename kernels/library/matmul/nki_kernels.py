@@ -91,23 +91,33 @@ def plain_tiles(f):
             for t in range(_cdiv(f, TILE_K))]
 
 
-def build_a_transposed(a, m0, m_rows, groups):
-    """A^T of rows m0:m0+m_rows of HBM a [M, K] for the k-tiles of ``groups`` (see k_slices): one SBUF
-    tensor [128, n_ktiles, m_rows] (k on partitions) in a's dtype, built with Tensor Engine transposes
-    of contiguous row loads. Also turns a torch Linear weight [out, in] into W^T [in, out] tiles."""
-    n_kt = sum(g for _, g, _ in groups)
+def a_row_loads(a, m0, m_rows, groups):
+    """The loads of :func:`build_a_transposed`, lazily: yields (128-row tile index, rows, SBUF tile
+    [rows, k span of groups]) of rows m0:m0+m_rows of HBM a [M, K], its DMA traced when pulled."""
     k_lo = groups[0][0]
     k_hi = max(k0 + g * kw for k0, g, kw in groups)
+    for i in range(_cdiv(m_rows, TILE_M)):
+        mw = min(TILE_M, m_rows - i * TILE_M)
+        a_nat = nl.ndarray((mw, k_hi - k_lo), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a_nat, src=a[m0 + i * TILE_M:m0 + i * TILE_M + mw, k_lo:k_hi])
+        yield i, mw, a_nat
+
+
+def build_a_transposed(a, m0, m_rows, groups, loads=None):
+    """A^T of rows m0:m0+m_rows of HBM a [M, K] for the k-tiles of ``groups`` (see k_slices): one SBUF
+    tensor [128, n_ktiles, m_rows] (k on partitions) in a's dtype, built with Tensor Engine transposes
+    of contiguous row loads. Also turns a torch Linear weight [out, in] into W^T [in, out] tiles.
+    ``loads``: the row tiles already loaded (``list(a_row_loads(...))``, issued ahead by the caller);
+    by default each row tile is loaded just before its transposes."""
+    n_kt = sum(g for _, g, _ in groups)
+    k_lo = groups[0][0]
     a_t = nl.ndarray((TILE_K, n_kt, m_rows), dtype=a.dtype, buffer=nl.sbuf)
     tiles = []  # (virtual k-tile index, kw, column slice of the natural A tile)
     for k0, g, kw in groups:
         for j in range(g):
             tiles.append((len(tiles), kw, slice(k0 - k_lo + j, k0 - k_lo + j + (kw - 1) * g + 1, g)))
     counter = 0
-    for i in range(_cdiv(m_rows, TILE_M)):
-        mw = min(TILE_M, m_rows - i * TILE_M)
-        a_nat = nl.ndarray((mw, k_hi - k_lo), dtype=a.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=a_nat, src=a[m0 + i * TILE_M:m0 + i * TILE_M + mw, k_lo:k_hi])
+    for i, mw, a_nat in (a_row_loads(a, m0, m_rows, groups) if loads is None else loads):
         counter = transpose_into(a_t, a_nat, mw, i * TILE_M, tiles, counter)
     return a_t
 

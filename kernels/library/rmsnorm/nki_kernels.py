@@ -3,7 +3,8 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-from kernels.library.layernorm.nki_kernels import load_row_tiles, load_row_vector
+from kernels.library.common import issued_ahead
+from kernels.library.layernorm.nki_kernels import TILES_AHEAD, load_row_tiles, load_row_vector
 
 
 def rms_normalize_tile(x_tile, rows, eps, w_tile, out_dtype):
@@ -33,7 +34,7 @@ def rms_norm_kernel(x, weight, eps, tiles_per_dma=1):
     out = nl.ndarray((r, f), dtype=x.dtype, buffer=nl.shared_hbm)
     p = nl.tile_size.pmax
     w_tile = load_row_vector(weight, min(p, r))
-    for r0, rows, x_tile in load_row_tiles(x, tiles_per_dma):
+    for r0, rows, x_tile in issued_ahead(load_row_tiles(x, tiles_per_dma), max(TILES_AHEAD, tiles_per_dma)):
         y = rms_normalize_tile(x_tile, rows, eps, w_tile, x.dtype)
         nisa.dma_copy(dst=out[r0:r0 + rows, :], src=y)
     return out

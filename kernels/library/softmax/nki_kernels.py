@@ -10,8 +10,13 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
+from kernels.library.common import issued_ahead
+
 # Bytes per partition a resident row may use (input tile + fp32 exponentials + output tile).
 RESIDENT_BYTES = 96 * 1024
+# Resident 128-row tiles whose loads are issued ahead of the tile being computed: DMAs are triggered in
+# program order, so the next tiles' loads must be written before this tile's store to overlap its compute.
+TILES_AHEAD = 2
 
 
 def _chunks(f, chunk):
@@ -92,14 +97,18 @@ def softmax_kernel(x, chunk=2048, resident_bytes=RESIDENT_BYTES):
     r, f = x.shape
     out = nl.ndarray((r, f), dtype=x.dtype, buffer=nl.shared_hbm)
     p = nl.tile_size.pmax
-    resident = f * (2 * x.itemsize + 4) <= resident_bytes
-    for t in nl.affine_range((r + p - 1) // p):
-        rows = min(p, r - t * p)
-        if resident:
+    tiles = [(t * p, min(p, r - t * p)) for t in range((r + p - 1) // p)]
+    if f * (2 * x.itemsize + 4) > resident_bytes:
+        for r0, rows in tiles:
+            _softmax_streamed_rows(x, out, r0, rows, chunk)
+        return out
+
+    def loaded():
+        for r0, rows in tiles:
             x_tile = nl.ndarray((rows, f), dtype=x.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=x_tile, src=x[t * p:t * p + rows, :])
-            y = softmax_resident_tile(x_tile, rows, chunk, x.dtype)
-            nisa.dma_copy(dst=out[t * p:t * p + rows, :], src=y)
-        else:
-            _softmax_streamed_rows(x, out, t * p, rows, chunk)
+            nisa.dma_copy(dst=x_tile, src=x[r0:r0 + rows, :])
+            yield r0, rows, x_tile
+    for r0, rows, x_tile in issued_ahead(loaded(), TILES_AHEAD):
+        y = softmax_resident_tile(x_tile, rows, chunk, x.dtype)
+        nisa.dma_copy(dst=out[r0:r0 + rows, :], src=y)
     return out

@@ -9,9 +9,10 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
+from kernels.library.common import issued_ahead
 from kernels.library.gelu_mlp.nki_kernels import ACTIVATIONS, linear_rows, load_rows, transposed_rows
-from kernels.library.layernorm.nki_kernels import layer_norm_kernel, load_row_vector
-from kernels.library.matmul.nki_kernels import TILE_M, TILE_N, _cdiv, build_a_transposed, k_slices
+from kernels.library.layernorm.nki_kernels import TILES_AHEAD, layer_norm_kernel, load_row_vector
+from kernels.library.matmul.nki_kernels import TILE_M, TILE_N, _cdiv, a_row_loads, build_a_transposed, k_slices
 from kernels.library.softmax.nki_kernels import softmax_kernel
 
 
@@ -38,14 +39,17 @@ def elementwise_kernel(a, b, op):
     [R, F] in a's dtype."""
     r, f = a.shape
     out = nl.ndarray((r, f), dtype=a.dtype, buffer=nl.shared_hbm)
-    for t in nl.affine_range(_cdiv(r, TILE_M)):
-        rows = min(TILE_M, r - t * TILE_M)
-        (at, _), = load_rows(a, t * TILE_M, rows, f)
+
+    def loaded():    # traced when pulled: issued_ahead writes the next tiles' loads before this one's store
+        for t in range(_cdiv(r, TILE_M)):
+            rows = min(TILE_M, r - t * TILE_M)
+            (at, _), = load_rows(a, t * TILE_M, rows, f)
+            yield t, rows, at, None if op in ACTIVATIONS else load_rows(b, t * TILE_M, rows, f)[0][0]
+    for t, rows, at, bt in issued_ahead(loaded(), TILES_AHEAD):
         o = nl.ndarray((rows, f), dtype=a.dtype, buffer=nl.sbuf)
         if op in ACTIVATIONS:
             nisa.activation(dst=o, op=ACTIVATIONS[op], data=at)
         else:
-            (bt, _), = load_rows(b, t * TILE_M, rows, f)
             nisa.tensor_tensor(dst=o, data1=at, data2=bt, op=nl.add)
         nisa.dma_copy(dst=out[t * TILE_M:t * TILE_M + rows, :], src=o)
     return out
@@ -58,15 +62,22 @@ def batched_matmul_kernel(a, b, transpose_b, scale):
     g_n, m, k = a.shape
     n = b.shape[1] if transpose_b else b.shape[2]
     out = nl.ndarray((g_n, m, n), dtype=a.dtype, buffer=nl.shared_hbm)
-    for g in nl.affine_range(g_n):
-        a_t = build_a_transposed(a[g], 0, m, k_slices(0, k, 1))
-        if transpose_b:
-            b_op = build_a_transposed(b[g], 0, n, k_slices(0, k, 1))      # [128, k tiles, n]
-        else:
-            b_op = nl.ndarray((128, _cdiv(k, 128), n), dtype=b.dtype, buffer=nl.sbuf)
-            for kt in range(_cdiv(k, 128)):
-                kw = min(128, k - kt * 128)
-                nisa.dma_copy(dst=b_op[:kw, kt, :], src=b[g, kt * 128:kt * 128 + kw, :])
+    ks = k_slices(0, k, 1)
+
+    def loaded():    # one head's loads, traced when pulled (issued_ahead: before the previous head's stores)
+        for g in range(g_n):
+            a_rows = list(a_row_loads(a[g], 0, m, ks))
+            if transpose_b:
+                b_in = list(a_row_loads(b[g], 0, n, ks))
+            else:
+                b_in = nl.ndarray((128, _cdiv(k, 128), n), dtype=b.dtype, buffer=nl.sbuf)
+                for kt in range(_cdiv(k, 128)):
+                    kw = min(128, k - kt * 128)
+                    nisa.dma_copy(dst=b_in[:kw, kt, :], src=b[g, kt * 128:kt * 128 + kw, :])
+            yield g, a_rows, b_in
+    for g, a_rows, b_in in issued_ahead(loaded(), TILES_AHEAD):
+        a_t = build_a_transposed(a[g], 0, m, ks, a_rows)
+        b_op = build_a_transposed(b[g], 0, n, ks, b_in) if transpose_b else b_in      # [128, k tiles, n]
         for i in range(_cdiv(m, TILE_M)):
             rows = min(TILE_M, m - i * TILE_M)
             ps = nl.ndarray((rows, n), dtype=nl.float32, buffer=nl.psum)
