@@ -24,10 +24,13 @@ def linear_kernel(x, w, b):
     out = nl.ndarray((r, d_out), dtype=x.dtype, buffer=nl.shared_hbm)
     w_t = build_a_transposed(w, 0, d_out, k_slices(0, d_in, 1))
     bias = load_row_vector(b, min(TILE_M, r))
-    for blk in nl.affine_range(_cdiv(r, TILE_N)):
-        r0 = blk * TILE_N
-        tokens = min(TILE_N, r - r0)
-        x_t = transposed_rows(load_rows(x, r0, tokens, d_in), d_in, x.dtype)
+
+    def loaded():    # a block's row loads, traced when pulled (issued_ahead: before the previous block's stores)
+        for blk in range(_cdiv(r, TILE_N)):
+            tokens = min(TILE_N, r - blk * TILE_N)
+            yield blk * TILE_N, tokens, load_rows(x, blk * TILE_N, tokens, d_in)
+    for r0, tokens, x_rows in issued_ahead(loaded(), 1):
+        x_t = transposed_rows(x_rows, d_in, x.dtype)
         for i, (o, rows) in enumerate(linear_rows(x_t, d_in, tokens, w_t, d_out, lambda i, rows: bias, x.dtype)):
             nisa.dma_copy(dst=out[r0 + i * TILE_M:r0 + i * TILE_M + rows, :], src=o)
     return out
