@@ -112,5 +112,10 @@ def issued_ahead(iterable, n: int = 1):
 def loads_ahead(items, load, compute, ahead: int = 1):
     """``load(item)`` for each item ``ahead`` steps before ``compute(item)`` (which ends with its stores):
     loads 0..ahead-1; then load i+ahead, compute i (see :func:`issued_ahead`)."""
-    for item in issued_ahead(((load(i), i)[1] for i in items), ahead):
+    def loaded():
+        for item in items:
+            load(item)
+            yield item
+
+    for item in issued_ahead(loaded(), ahead):
         compute(item)
