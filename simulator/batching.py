@@ -66,7 +66,12 @@ def plan_batches(program) -> Batches:
     df = Dataflow(program)
     by_sig: dict = {}
     for i, ins in enumerate(program.instructions):
-        key = _signature(ins, program, df.levels[i], df.renamed) if opdef(ins.opcode).bind is not None else (i,)
+        if i in df.dropped:     # a folded copy: its readers read its source
+            continue
+        # operands folded onto HBM are read in place, the others from storage: they do not stack together
+        key = (_signature(ins, program, df.levels[i], df.renamed),
+               tuple(r for r, p in sorted(df.src_plans[i].items()) if p.memory is not None)) \
+            if opdef(ins.opcode).bind is not None else (i,)
         by_sig.setdefault(key, []).append(i)
     groups = sorted((Group(df.levels[m[0]], m) for m in by_sig.values()), key=lambda g: (g.level, g.members[0]))
     b = Batches(program, df, groups)
@@ -259,7 +264,8 @@ class _Binder:
         work array of ``scratch``, under ``key``)."""
         k = len(plans)
         if plans[0].memory is not None:
-            members = [(self.bufs[self.index[ap.tensor]], ap.offset, tuple(s for s, _ in ap.dims)) for ap in aps]
+            members = [(self.bufs[self.index[p.memory.tensor]], p.memory.offset, tuple(s for s, _ in p.memory.dims))
+                       for p in plans]
         elif all(p.gather is None and len(p.boxes) == 1 and p.boxes[0].axis is None for p in plans):
             members = []
             for p in plans:
@@ -272,9 +278,9 @@ class _Binder:
         st = _Stack.stacked(members, aps[0].shape)
         if st is not None:
             return st, []
-        # HBM operands only meet DMA-like rows (copies): their layout does not matter
-        target = _mirror(k, aps[0], dtype, scratch, key) if plans[0].memory is None else \
-            scratch.new((k, *aps[0].shape), dtype, key)
+        # HBM operands only meet DMA-like rows (copies), where their layout does not matter, unless folded
+        target = _mirror(k, aps[0], dtype, scratch, key) if plans[0].memory is None or plans[0].via is not None \
+            else scratch.new((k, *aps[0].shape), dtype, key)
         return target, [_Stack.copier(members, aps[0].shape, target)]
 
     def fill(self, target: np.ndarray, plans: list) -> list:

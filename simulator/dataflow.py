@@ -12,16 +12,30 @@ write, write after read, write after write) order the instructions.
 Each instruction gets a *level*: one more than the levels it depends on. Instructions of one level are
 independent. Rows without a ``bind`` (which may keep state in the execution context: the random
 generator, printed lines) keep their program order among themselves.
+
+Copies are *folded*: a reader of a copy's renamed destination (a row whose ``copies`` says it writes its
+source bit for bit, equal dtypes and shapes) reads the copy's source instead, an HBM access pattern that
+nothing writes between the copy and the read, or the source's event, when the reader reads exactly the
+copy's destination and the source has the layout the destination's storage would have (same free
+strides, rows no closer, a column's partitions back to back or not as well). A copy all of whose readers
+were folded is *dropped*: it need not run. So the matmul tutorial's Tensor Engine reads its HBM operands
+directly instead of after a DMA into SBUF.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from simulator.isa import opdef
 from simulator.isa.base import dst_reads
 from simulator.program import AccessPattern, Program
+
+
+# Fold copies into their readers (the module docstring). Always on; the op tests turn it off to keep their
+# staging copies, which put an instruction's operands in renamed storage.
+FOLD_COPIES = True
 
 
 class NotBatchable(Exception):
@@ -63,11 +77,13 @@ class Box:
 @dataclass(frozen=True)
 class ReadPlan:
     """How one operand of one instruction finds its values: ``memory`` (the access pattern, read in
-    place), ``boxes`` (views of events' storage), or ``gather`` (event and position per element)."""
+    place), ``boxes`` (views of events' storage), or ``gather`` (event and position per element); ``via``
+    names the copy whose destination was to be read, for a read folded onto that copy's source."""
 
     memory: AccessPattern | None = None
     boxes: tuple = ()
     gather: tuple | None = None
+    via: int | None = None      # folded: the copy instruction whose source this reads instead
 
 
 def _free_span(ap: AccessPattern) -> int:
@@ -199,6 +215,9 @@ class Dataflow:
         self.src_plans: list[dict] = []     # per instruction: role -> ReadPlan
         self.old_plans: list[dict] = []     # per instruction: dst role -> ReadPlan of the values it reads back
         self.dst_events: list[dict] = []    # per instruction: role -> event id (renamed destinations)
+        self.dropped: frozenset = frozenset()   # folded copies no read needs (see the module docstring)
+        self._copies: dict[int, tuple] = {}     # destination event of a foldable copy -> (copy, src plan, dst ap)
+        self._wins: dict[str, np.ndarray] = {}  # per written HBM tensor: last instruction writing each element
         self._ev: dict[str, np.ndarray] = {}       # event per element, made when a read needs it
         self._writes: dict[str, list] = {}          # per renamed tensor: (ap, event, box) in order
         self._applied: dict[str, int] = {}          # writes already applied to _ev
@@ -215,38 +234,90 @@ class Dataflow:
             src_plans, old_plans = {}, {}
             reads = [(src_plans, r, ap) for r, ap in ins.src.items()] + [(old_plans, r, ins.dst[r]) for r in back]
             for plans, role, ap in reads:
+                plan = ReadPlan(memory=ap)
                 if ap.tensor in self.renamed:
                     plan = self._plan(ap)
+                    if plans is src_plans:
+                        plan = self._fold(plan, ap, ins)
+                mem = plan.memory
+                if mem is None:
                     for e in self._plan_events(plan):
                         dep = max(dep, self.events[e].level)
-                else:
-                    plan = ReadPlan(memory=ap)
-                    if ap.size and ap.tensor in written:
-                        dep = max(dep, int(_view(self._levels_of(self._wlev, ap.tensor), ap).max()))
+                elif mem.size and mem.tensor in written:
+                    dep = max(dep, int(_view(self._levels_of(self._wlev, mem.tensor), mem).max()))
                 plans[role] = plan
             for ap in ins.dst.values():
                 if ap.tensor not in self.renamed and ap.size:
                     dep = max(dep, int(_view(self._levels_of(self._wlev, ap.tensor), ap).max()),
                               int(_view(self._levels_of(self._rlev, ap.tensor), ap).max()))
             level = dep + 1
-            for ap in ins.src.values():
-                if ap.tensor not in self.renamed and ap.size and ap.tensor in written:
-                    v = _view(self._levels_of(self._rlev, ap.tensor), ap)
+            for plan in src_plans.values():
+                mem = plan.memory
+                if mem is not None and mem.size and mem.tensor in written:
+                    v = _view(self._levels_of(self._rlev, mem.tensor), mem)
                     np.maximum(v, level, out=v)
             events = {}
             for role, ap in ins.dst.items():
                 if ap.tensor not in self.renamed:
                     if ap.size:
                         _view(self._levels_of(self._wlev, ap.tensor), ap)[...] = level
+                        _view(self._levels_of(self._wins, ap.tensor), ap)[...] = i
                     continue
                 events[role] = self._write(i, role, level, ap)
+            copied = row.copies(ins) if FOLD_COPIES else None
+            if copied is not None and "dst" in events and self._foldable(ins, copied, src_plans[copied]):
+                self._copies[events["dst"]] = (i, src_plans[copied], ins.dst["dst"])
             if generic:
                 ordered_level = level
             self.levels.append(level)
             self.src_plans.append(src_plans)
             self.old_plans.append(old_plans)
             self.dst_events.append(events)
-        self._ev = self._writes = self._wlev = self._rlev = None
+        self._drop_copies()
+        self._ev = self._writes = self._wlev = self._rlev = self._wins = self._copies = None
+
+    def _foldable(self, ins, role: str, plan: ReadPlan) -> bool:
+        """Whether readers of copy ``ins``'s destination may read its source ``role`` (read through
+        ``plan``) instead: same dtype and shape, and the source's layout is the one the bind would see in
+        the destination's renamed storage (same free strides; rows at least as far apart, and for a
+        column, partitions back to back exactly when the storage's are), so numpy takes the same paths."""
+        tensors = self.program.tensors
+        s, d = ins.src[role], ins.dst["dst"]
+        if tensors[s.tensor].dtype != tensors[d.tensor].dtype or s.shape != d.shape or not d.dims or not d.size:
+            return False
+        if plan.memory is not None:
+            strides = tuple(x for x, _ in plan.memory.dims)
+        elif plan.gather is None and len(plan.boxes) == 1 and plan.boxes[0].axis is None:
+            strides = plan.boxes[0].strides
+        else:
+            return False
+        if strides[1:] != tuple(x for x, _ in d.dims[1:]):
+            return False
+        span = storage_span(d)
+        return d.shape[0] <= 1 or strides[0] == span or strides[0] > span > 1
+
+    def _fold(self, plan: ReadPlan, ap: AccessPattern, ins) -> ReadPlan:
+        """``plan`` (``ins`` reading renamed ``ap``), or the source plan of the foldable copy it reads, when
+        ``ap`` is exactly that copy's destination and no write since the copy changed its HBM source (nor
+        does ``ins`` write that tensor: no read overlapping the reader's own write)."""
+        if plan.gather is not None or len(plan.boxes) != 1:
+            return plan
+        copy = self._copies.get(plan.boxes[0].event)
+        if copy is None or copy[2] != ap:
+            return plan
+        c, src, _ = copy
+        mem = src.memory
+        if mem is not None and (any(d.tensor == mem.tensor for d in ins.dst.values()) or mem.tensor in self._wins
+                                and int(_view(self._wins[mem.tensor], mem).max()) > c):
+            return plan
+        return replace(src, via=c)
+
+    def _drop_copies(self) -> None:
+        """Drop the foldable copies whose destination every reader reads through the copy's source."""
+        used = Counter(e for plans in (*self.src_plans, *self.old_plans) for plan in plans.values()
+                       for e in self._plan_events(plan))
+        folded = {plan.via for plans in self.src_plans for plan in plans.values() if plan.via is not None}
+        self.dropped = frozenset(c for e, (c, _, _) in self._copies.items() if c in folded and not used[e])
 
     def _levels_of(self, table: dict, name: str) -> np.ndarray:
         arr = table.get(name)

@@ -55,6 +55,9 @@ class OpDef:
     - ``taint(ins, role, t, dst_ap)``: where the per-element taint ``t`` of operand ``role`` lands in the
       destination (an array of ``dst_ap.shape``), for rows whose data movement the category rules of
       ``simulator.taint`` would over-approximate; None to use those rules.
+    - ``copies(ins)``: the source role whose values ``ins`` writes bit for bit into its destination
+      ``dst`` (element i to element i) when their dtypes are equal, else None. The batched plan lets
+      readers of such a copy read its source instead (``simulator.dataflow``).
     """
 
     opcode: str
@@ -68,13 +71,14 @@ class OpDef:
     bind: Callable | None = None
     dynamic_reads: frozenset = frozenset()
     taint: Callable | None = None
+    copies: Callable = staticmethod(lambda ins: None)
 
 
 OPS: dict[str, OpDef] = {}
 
 
 def register(opcode: str, *, engines, execute, cost, rules=None, categories=(), reads_dst=None,
-             dynamic_reads=(), taint=None, doc: str | None = None, bind=None) -> OpDef:
+             dynamic_reads=(), taint=None, doc: str | None = None, bind=None, copies=None) -> OpDef:
     """Add a row to the instruction table (``doc`` defaults to ``execute``'s docstring).
 
     ``rules`` must be stated, ``()`` when no operand rule applies, so no row silently skips validation.
@@ -85,7 +89,7 @@ def register(opcode: str, *, engines, execute, cost, rules=None, categories=(), 
         raise ValueError(f"instruction {opcode!r}: state its operand rules (rules=() if none apply)")
     row = OpDef(opcode, frozenset(engines), (doc or execute.__doc__ or "").strip(), execute, cost,
                 tuple(rules), frozenset(categories), reads_dst or (lambda ins: False), bind,
-                frozenset(dynamic_reads), taint)
+                frozenset(dynamic_reads), taint, copies or (lambda ins: None))
     OPS[opcode] = row
     return row
 

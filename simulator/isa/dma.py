@@ -83,4 +83,6 @@ def _dma_cost(ins, program, target):
 
 
 register("dma_copy", engines={"dma"}, execute=_dma_copy, cost=_dma_cost, rules=(_dma_rules,),
-         categories={DMA}, bind=_dma_bind)
+         categories={DMA}, bind=_dma_bind,
+         # dge_mode picks the descriptor generator, not the values
+         copies=lambda ins: "src" if set(ins.attrs) <= {"dge_mode"} else None)

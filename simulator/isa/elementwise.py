@@ -282,7 +282,9 @@ def _copy_bind(ins, src, dst, sc):
 
 register("tensor_copy", engines={"vector", "scalar", "gpsimd"}, execute=_tensor_copy, cost=_ts_cost, bind=_copy_bind,
          rules=COMPUTE_RULES + (same_partitions("dst", "src"), same_free_size("dst", "src")),
-         categories={ELEMENTWISE})
+         categories={ELEMENTWISE},
+         # an output dtype attribute rounds the values on the way
+         copies=lambda ins: "src" if not ins.attrs else None)
 
 
 def _predicated(ins, src, dst, ctx):

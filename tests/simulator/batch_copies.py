@@ -3,9 +3,11 @@ the op tests use to check every row of the instruction table stacked (``simulato
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import numpy as np
 
+from simulator import dataflow
 from simulator.program import AccessPattern, Instruction, Program, TensorSpec
 
 
@@ -50,3 +52,17 @@ def staged_copies(prog: Program, inputs: list, k: int, col0: int = 1, gap: int =
         for r, ap in ins.dst.items():
             rep.instructions.append(copy(host(ap, j), dst[r]))
     return rep, [np.ascontiguousarray(np.broadcast_to(np.asarray(a), (k, *np.shape(a)))) for a in inputs]
+
+
+def folding(on: bool):
+    """A context in which batched plans fold copies (``simulator.dataflow.FOLD_COPIES``) or keep them all:
+    kept, the staging copies put the staged instruction's operands in renamed storage; folded, it reads
+    the host tensors in place (and a staged copy with equal dtypes is itself folded away)."""
+    return mock.patch.object(dataflow, "FOLD_COPIES", on)
+
+
+def staged(rep: Program) -> list:
+    """The copies of the staged instruction in ``rep`` (``staged_copies``): the instructions reading and
+    writing staging tiles only."""
+    return [i for i, ins in enumerate(rep.instructions)
+            if all(ap.tensor.startswith("stage") for ap in (*ins.src.values(), *ins.dst.values()))]
