@@ -10,7 +10,9 @@ work array first, and for destinations in HBM scattered after), and its row's ``
 for all of them. Rows without a bind are never grouped.
 
 Each operand a bind sees has the shape, dtype and free-axis strides the reference executor gives it (only
-its partition stride and address differ), so the step computes what the reference computes, bit for bit.
+its partition stride and address differ), so the step computes what the reference computes, bit for bit;
+an operand folded onto a copy's source (``simulator.dataflow``) may instead be the fp32 values a bf16
+operand widens to exactly, laid out as the widening would lay them out.
 """
 from __future__ import annotations
 
@@ -68,9 +70,11 @@ def plan_batches(program) -> Batches:
     for i, ins in enumerate(program.instructions):
         if i in df.dropped:     # a folded copy: its readers read its source
             continue
-        # operands folded onto HBM are read in place, the others from storage: they do not stack together
+        # operands folded onto HBM are read in place, the others from storage, and folded onto a wider
+        # source they have its dtype: members differing in these do not stack together
         key = (_signature(ins, program, df.levels[i], df.renamed),
-               tuple(r for r, p in sorted(df.src_plans[i].items()) if p.memory is not None)) \
+               tuple((r, p.memory is not None, p.dtype) for r, p in sorted(df.src_plans[i].items())
+                     if p.memory is not None or p.dtype is not None)) \
             if opdef(ins.opcode).bind is not None else (i,)
         by_sig.setdefault(key, []).append(i)
     groups = sorted((Group(df.levels[m[0]], m) for m in by_sig.values()), key=lambda g: (g.level, g.members[0]))
@@ -263,6 +267,8 @@ class _Binder:
         """``(array, copies)``: the stacked operand and the copies that fill it before the step (into a
         work array of ``scratch``, under ``key``)."""
         k = len(plans)
+        if plans[0].dtype is not None:      # folded onto a wider source
+            dtype = plans[0].dtype
         if plans[0].memory is not None:
             members = [(self.bufs[self.index[p.memory.tensor]], p.memory.offset, tuple(s for s, _ in p.memory.dims))
                        for p in plans]

@@ -13,13 +13,15 @@ Each instruction gets a *level*: one more than the levels it depends on. Instruc
 independent. Rows without a ``bind`` (which may keep state in the execution context: the random
 generator, printed lines) keep their program order among themselves.
 
-Copies are *folded*: a reader of a copy's renamed destination (a row whose ``copies`` says it writes its
-source bit for bit, equal dtypes and shapes) reads the copy's source instead, an HBM access pattern that
-nothing writes between the copy and the read, or the source's event, when the reader reads exactly the
-copy's destination and the source has the layout the destination's storage would have (same free
-strides, rows no closer, a column's partitions back to back or not as well). A copy all of whose readers
-were folded is *dropped*: it need not run. So the matmul tutorial's Tensor Engine reads its HBM operands
-directly instead of after a DMA into SBUF.
+Copies are *folded*: a reader of a box of a copy's renamed destination (a row whose ``copies`` names
+its source) reads the matching box of the copy's source instead, an HBM access pattern that nothing
+writes between the copy and the read, or the source's event, when the source has the layout the reader's
+bind would otherwise see (``simulator.folding``). With equal dtypes the copy moves bits. A copy rounding
+fp32 to bf16 folds only into a reader that widens the operand anyway (``widens``) and only when every
+source value is a canonical bf16 value (written by a ``rounded`` row into bf16 and only moved since,
+``moves``), so the rounding changes no bit. A copy all of whose readers were folded is *dropped*: it need
+not run. So the matmul tutorial's Tensor Engine reads its HBM operands directly instead of after a DMA
+into SBUF, and attention's matmuls read transposed probabilities from PSUM.
 """
 from __future__ import annotations
 
@@ -28,8 +30,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from simulator.folding import compact, compose, same_layout, sub_index
 from simulator.isa import opdef
-from simulator.isa.base import dst_reads
+from simulator.isa.base import ROUNDED, dst_reads
 from simulator.program import AccessPattern, Program
 
 
@@ -84,6 +87,7 @@ class ReadPlan:
     boxes: tuple = ()
     gather: tuple | None = None
     via: int | None = None      # folded: the copy instruction whose source this reads instead
+    dtype: np.dtype | None = None   # folded onto a wider source: its dtype (else the operand's)
 
 
 def _free_span(ap: AccessPattern) -> int:
@@ -216,7 +220,9 @@ class Dataflow:
         self.old_plans: list[dict] = []     # per instruction: dst role -> ReadPlan of the values it reads back
         self.dst_events: list[dict] = []    # per instruction: role -> event id (renamed destinations)
         self.dropped: frozenset = frozenset()   # folded copies no read needs (see the module docstring)
-        self._copies: dict[int, tuple] = {}     # destination event of a foldable copy -> (copy, src plan, dst ap)
+        self._copies: dict[int, tuple] = {}     # destination event of a foldable copy -> (copy, src plan,
+        #                                         dst ap, src ap, "exact" or "widened")
+        self._clean: set[int] = set()           # events holding canonical bf16 values only (maybe widened)
         self._wins: dict[str, np.ndarray] = {}  # per written HBM tensor: last instruction writing each element
         self._ev: dict[str, np.ndarray] = {}       # event per element, made when a read needs it
         self._writes: dict[str, list] = {}          # per renamed tensor: (ap, event, box) in order
@@ -238,7 +244,7 @@ class Dataflow:
                 if ap.tensor in self.renamed:
                     plan = self._plan(ap)
                     if plans is src_plans:
-                        plan = self._fold(plan, ap, ins)
+                        plan = self._fold(plan, ap, ins, role)
                 mem = plan.memory
                 if mem is None:
                     for e in self._plan_events(plan):
@@ -264,9 +270,8 @@ class Dataflow:
                         _view(self._levels_of(self._wins, ap.tensor), ap)[...] = i
                     continue
                 events[role] = self._write(i, role, level, ap)
-            copied = row.copies(ins) if FOLD_COPIES else None
-            if copied is not None and "dst" in events and self._foldable(ins, copied, src_plans[copied]):
-                self._copies[events["dst"]] = (i, src_plans[copied], ins.dst["dst"])
+            if FOLD_COPIES:
+                self._note_copy(i, ins, row, src_plans, events)
             if generic:
                 ordered_level = level
             self.levels.append(level)
@@ -274,50 +279,102 @@ class Dataflow:
             self.old_plans.append(old_plans)
             self.dst_events.append(events)
         self._drop_copies()
-        self._ev = self._writes = self._wlev = self._rlev = self._wins = self._copies = None
+        self._ev = self._writes = self._wlev = self._rlev = self._wins = self._copies = self._clean = None
 
-    def _foldable(self, ins, role: str, plan: ReadPlan) -> bool:
-        """Whether readers of copy ``ins``'s destination may read its source ``role`` (read through
-        ``plan``) instead: same dtype and shape, and the source's layout is the one the bind would see in
-        the destination's renamed storage (same free strides; rows at least as far apart, and for a
-        column, partitions back to back exactly when the storage's are), so numpy takes the same paths."""
+    def _note_copy(self, i: int, ins, row, src_plans: dict, events: dict) -> None:
+        """Record what folding needs about instruction ``i``: which of its events hold canonical bf16
+        values, and, for a copy, whether its readers may read its source (see ``_copy_kind``)."""
+        tensors = self.program.tensors
+        moved = row.moves(ins) or row.copies(ins)
+        for role, e in events.items():
+            dtype = tensors[ins.dst[role].tensor].dtype
+            if dtype == "bfloat16" and ROUNDED in row.categories or dtype in ("bfloat16", "float32") and \
+                    role == "dst" and moved is not None and self._clean_plan(src_plans[moved]):
+                self._clean.add(e)
+        role = row.copies(ins)
+        if role is not None and "dst" in events:
+            kind = self._copy_kind(ins, role, src_plans[role])
+            if kind is not None:
+                self._copies[events["dst"]] = (i, src_plans[role], ins.dst["dst"], ins.src[role], kind)
+
+    def _clean_plan(self, plan: ReadPlan) -> bool:
+        events = self._plan_events(plan) if plan.memory is None else ()
+        return bool(events) and all(e in self._clean for e in events)
+
+    def _copy_kind(self, ins, role: str, plan: ReadPlan):
+        """``"exact"`` when copy ``ins`` writes its source's bits (equal dtypes), ``"widened"`` when it
+        rounds an fp32 source whose values are all canonical bf16 values (so rounding changes no bit, and
+        a reader that widens the copy gets the source's fp32 values back), else None."""
         tensors = self.program.tensors
         s, d = ins.src[role], ins.dst["dst"]
-        if tensors[s.tensor].dtype != tensors[d.tensor].dtype or s.shape != d.shape or not d.dims or not d.size:
-            return False
-        if plan.memory is not None:
-            strides = tuple(x for x, _ in plan.memory.dims)
-        elif plan.gather is None and len(plan.boxes) == 1 and plan.boxes[0].axis is None:
-            strides = plan.boxes[0].strides
-        else:
-            return False
-        if strides[1:] != tuple(x for x, _ in d.dims[1:]):
-            return False
-        span = storage_span(d)
-        return d.shape[0] <= 1 or strides[0] == span or strides[0] > span > 1
+        if s.shape != d.shape or not d.dims or not d.size or plan.gather is not None or plan.dtype is not None:
+            return None
+        sd, dd = tensors[s.tensor].dtype, tensors[d.tensor].dtype
+        if sd == dd:
+            return "exact"
+        if (sd, dd) == ("float32", "bfloat16") and self._clean_plan(plan):
+            return "widened"
+        return None
 
-    def _fold(self, plan: ReadPlan, ap: AccessPattern, ins) -> ReadPlan:
-        """``plan`` (``ins`` reading renamed ``ap``), or the source plan of the foldable copy it reads, when
-        ``ap`` is exactly that copy's destination and no write since the copy changed its HBM source (nor
-        does ``ins`` write that tensor: no read overlapping the reader's own write)."""
+    def _fold(self, plan: ReadPlan, ap: AccessPattern, ins, role: str) -> ReadPlan:
+        """``plan`` (``ins`` reading renamed ``ap`` through ``role``), or the matching part of the source
+        plan of the foldable copy it reads: ``ap`` within that copy's destination, the source keeping the
+        layout the bind would see (``folding.same_layout``), no write since the copy changing an HBM
+        source (nor ``ins`` writing that tensor: no read overlapping the reader's own write), and for a
+        rounding copy, a reader that only widens ``role`` to fp32 (which then gets the fp32 source)."""
         if plan.gather is not None or len(plan.boxes) != 1:
             return plan
-        copy = self._copies.get(plan.boxes[0].event)
-        if copy is None or copy[2] != ap:
+        box = plan.boxes[0]
+        copy = self._copies.get(box.event)
+        if copy is None:
             return plan
-        c, src, _ = copy
-        mem = src.memory
+        c, src, dst_ap, src_ap, kind = copy
+        if kind == "widened" and role not in opdef(ins.opcode).widens(ins):
+            return plan
+        where = sub_index(dst_ap, ap)
+        if where is None:
+            return plan
+        folded = self._part(src, *where, ap.shape)
+        if folded is None:
+            return plan
+        got = tuple(x for x, _ in folded.memory.dims) if folded.memory is not None else folded.boxes[0].strides
+        if not same_layout(got, box.strides, ap.shape):
+            return plan
+        # widened: the bind's fp32 copy would be packed (and a gathered operand is laid out as storage)
+        if kind == "widened" and not same_layout(got, compact(box.strides, ap.shape), ap.shape):
+            return plan
+        mem = folded.memory
         if mem is not None and (any(d.tensor == mem.tensor for d in ins.dst.values()) or mem.tensor in self._wins
                                 and int(_view(self._wins[mem.tensor], mem).max()) > c):
             return plan
-        return replace(src, via=c)
+        return replace(folded, via=c, dtype=self.program.tensors[src_ap.tensor].np_dtype if kind == "widened" else None)
+
+    @staticmethod
+    def _part(src: ReadPlan, start: tuple, axes: tuple, shape: tuple):
+        """The part of a copy's source plan ``src`` read by the sub-box (``start``, ``axes``; ``shape``) of
+        the copy's destination, as a plan of one access pattern or one box; None when it spans boxes."""
+        if src.memory is not None:
+            m = src.memory
+            offset, strides = compose(tuple(x for x, _ in m.dims), start, axes)
+            return ReadPlan(memory=AccessPattern(m.tensor, m.offset + offset, tuple(zip(strides, shape))))
+        for b in src.boxes:
+            if b.axis is None:
+                offset, strides = compose(b.strides, start, axes)
+            else:
+                lo = start[b.axis]
+                hi = lo + next((n for a, n in zip(axes, shape) if a == b.axis), 1)
+                if not (b.start <= lo and hi <= b.stop):
+                    continue
+                offset, strides = compose(b.strides, start, axes, b.axis, b.start)
+            return ReadPlan(boxes=(Box(None, 0, 0, b.event, b.base + offset, strides),))
+        return None
 
     def _drop_copies(self) -> None:
         """Drop the foldable copies whose destination every reader reads through the copy's source."""
         used = Counter(e for plans in (*self.src_plans, *self.old_plans) for plan in plans.values()
                        for e in self._plan_events(plan))
         folded = {plan.via for plans in self.src_plans for plan in plans.values() if plan.via is not None}
-        self.dropped = frozenset(c for e, (c, _, _) in self._copies.items() if c in folded and not used[e])
+        self.dropped = frozenset(c for e, (c, *_) in self._copies.items() if c in folded and not used[e])
 
     def _levels_of(self, table: dict, name: str) -> np.ndarray:
         arr = table.get(name)

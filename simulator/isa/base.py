@@ -25,6 +25,8 @@ DEBUG = "debug"               # no effect on data (device_print)
 INDIRECT = "indirect"         # its operand "table" is a whole tensor addressed through run-time offsets
 CROSS_PARTITION = "cross_partition"   # a result partition depends on other partitions of an operand
 RANDOM = "random"             # results depend on generator state, not only on the operands (rand, dropout)
+ROUNDED = "rounded"           # every destination gets fp32 results rounded by store(): a bf16 one holds
+#                               only the canonical NaNs (0x7fc0 and 0xffc0)
 
 
 @dataclass
@@ -55,9 +57,13 @@ class OpDef:
     - ``taint(ins, role, t, dst_ap)``: where the per-element taint ``t`` of operand ``role`` lands in the
       destination (an array of ``dst_ap.shape``), for rows whose data movement the category rules of
       ``simulator.taint`` would over-approximate; None to use those rules.
-    - ``copies(ins)``: the source role whose values ``ins`` writes bit for bit into its destination
-      ``dst`` (element i to element i) when their dtypes are equal, else None. The batched plan lets
-      readers of such a copy read its source instead (``simulator.dataflow``).
+    - ``copies(ins)``: the source role whose values ``ins`` writes into its destination ``dst``, element
+      i to element i, bit for bit when their dtypes are equal, else rounded to nearest even; None for
+      other rows. The batched plan lets readers of such a copy read its source (``simulator.dataflow``).
+    - ``moves(ins)``: the source role whose values, converted to the destination's dtype, are all ``ins``
+      writes into ``dst``, in any arrangement (a transpose), else None.
+    - ``widens(ins)``: the source roles ``ins`` reads only through their fp32 values (``f32``), so a
+      folded read may hand it fp32 values equal to the widened ones.
     """
 
     opcode: str
@@ -72,13 +78,16 @@ class OpDef:
     dynamic_reads: frozenset = frozenset()
     taint: Callable | None = None
     copies: Callable = staticmethod(lambda ins: None)
+    moves: Callable = staticmethod(lambda ins: None)
+    widens: Callable = staticmethod(lambda ins: ())
 
 
 OPS: dict[str, OpDef] = {}
 
 
 def register(opcode: str, *, engines, execute, cost, rules=None, categories=(), reads_dst=None,
-             dynamic_reads=(), taint=None, doc: str | None = None, bind=None, copies=None) -> OpDef:
+             dynamic_reads=(), taint=None, doc: str | None = None, bind=None, copies=None, moves=None,
+             widens=None) -> OpDef:
     """Add a row to the instruction table (``doc`` defaults to ``execute``'s docstring).
 
     ``rules`` must be stated, ``()`` when no operand rule applies, so no row silently skips validation.
@@ -89,7 +98,8 @@ def register(opcode: str, *, engines, execute, cost, rules=None, categories=(), 
         raise ValueError(f"instruction {opcode!r}: state its operand rules (rules=() if none apply)")
     row = OpDef(opcode, frozenset(engines), (doc or execute.__doc__ or "").strip(), execute, cost,
                 tuple(rules), frozenset(categories), reads_dst or (lambda ins: False), bind,
-                frozenset(dynamic_reads), taint, copies or (lambda ins: None))
+                frozenset(dynamic_reads), taint, copies or (lambda ins: None), moves or (lambda ins: None),
+                widens or (lambda ins: ()))
     OPS[opcode] = row
     return row
 

@@ -10,7 +10,7 @@ import numpy as np
 from simulator import cost_rules as cr
 from simulator.dtypes import as_dtype
 from simulator.isa import alu
-from simulator.isa.base import ELEMENTWISE, GENERATE, f32, fit, reduce_res_read, register, store
+from simulator.isa.base import ELEMENTWISE, GENERATE, ROUNDED, f32, fit, reduce_res_read, register, store
 from simulator.isa.fast import NoBind, column, fitted, reader, refresher, understands, writer
 from simulator.rules import COMPUTE_RULES, fail, partitions, same_free_size, same_partitions
 
@@ -257,7 +257,7 @@ def _act_rules(ins, program, target):
 register("activation", engines={"scalar"}, execute=_activation, cost=_act_cost, bind=_act_bind,
          rules=COMPUTE_RULES + (same_partitions("dst", "data", "bias", "scale"), same_free_size("dst", "data"),
                                 _act_rules),
-         categories={ELEMENTWISE},
+         categories={ELEMENTWISE, ROUNDED},
          reads_dst=reduce_res_read)
 
 

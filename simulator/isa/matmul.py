@@ -142,7 +142,7 @@ register("nc_matmul", engines={"tensor"}, execute=_matmul, cost=_matmul_cost, bi
          # The matmul rules first: their messages (e.g. the stationary free size) say more than the
          # generic partition limit the same mistake would also break.
          rules=(_matmul_rules,) + COMPUTE_RULES, categories={MATMUL, ACCUMULATE},
-         reads_dst=lambda ins: bool(ins.attrs.get("accumulate")))
+         reads_dst=lambda ins: bool(ins.attrs.get("accumulate")), widens=lambda ins: ("stationary", "moving"))
 
 
 def _transpose_rules(ins, program, target):
@@ -193,5 +193,5 @@ def _transpose_cost(ins, program, target):
 
 
 register("nc_transpose", engines={"tensor", "vector"}, execute=_transpose, cost=_transpose_cost,
-         bind=_transpose_bind,
+         bind=_transpose_bind, moves=lambda ins: None if ins.attrs else "data",
          rules=COMPUTE_RULES + (_transpose_rules,), categories={MATMUL})

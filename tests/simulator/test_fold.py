@@ -144,3 +144,85 @@ def test_copies_that_change_layout_or_round_are_not_folded():
     assert not _folded(b, "tensor_scalar")
     kept = {prog.instructions[i].opcode for g in b.groups for i in g.members}
     assert {"tensor_copy", "dma_copy"} <= kept
+
+
+@nki.jit
+def transposed_probs(x, v, through_exp):
+    """p = exp(x) in bf16 (or x itself), transposed through one PSUM bank (fp32), copied back to bf16
+    SBUF (a rounding copy), each transposed tile the stationary operand of a matmul accumulating p.T @ v."""
+    out = nl.ndarray((P, v.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    xt = nl.ndarray((P, 2 * P), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=xt, src=x)
+    p = xt
+    if through_exp:
+        p = nl.ndarray((P, 2 * P), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.activation(dst=p, op=nl.exp, data=xt)
+    pT_ps = nl.ndarray((P, 2, P), dtype=nl.float32, buffer=nl.psum)
+    for i in range(2):
+        nisa.nc_transpose(dst=pT_ps[:, i, :], data=p[:, i * P:(i + 1) * P])
+    pT = nl.ndarray((P, 2, P), dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=pT, src=pT_ps)
+    vt = nl.ndarray((P, 2, v.shape[1]), dtype=v.dtype, buffer=nl.sbuf)
+    for i in range(2):
+        nisa.dma_copy(dst=vt[:, i, :], src=v[i * P:(i + 1) * P, :])
+    acc = nl.ndarray((P, v.shape[1]), dtype=nl.float32, buffer=nl.psum)
+    for i in range(2):
+        nisa.nc_matmul(dst=acc, stationary=pT[:, i, :], moving=vt[:, i, :], accumulate=i > 0)
+    res = nl.ndarray((P, v.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+def _with_nans(x):
+    """``x`` (bf16) with a canonical NaN, a NaN with another payload, and infinities in row 0."""
+    bits = x.view(np.uint16).copy()
+    bits[0, :4] = [0x7FC0, 0x7FC1, 0x7F80, 0xFF80]
+    return bits.view(x.dtype)
+
+
+def test_a_rounding_copy_of_transposed_rounded_values_folds_into_a_widening_reader():
+    """exp's bf16 results hold canonical NaNs only; transposed into fp32 PSUM they round back to
+    themselves, so the matmul reads the PSUM tiles (fp32) and the rounding copy is dropped."""
+    x, v = _with_nans(_rand((P, 2 * P))), _rand((2 * P, 32), seed=1)
+    prog, b, got, want = _run_both(transposed_probs, (x, v, True), [x, v])
+    assert _bits_equal(got, want)
+    stationary = [(i, p) for i, r, p in _folded(b, "nc_matmul") if r == "stationary"]
+    assert len(stationary) == 2 and all(p.dtype == np.float32 and p.boxes for _, p in stationary)
+    rounding = {i for i, ins in enumerate(prog.instructions) if ins.opcode == "tensor_copy" and
+                prog.tensors[ins.dst["dst"].tensor].dtype == "bfloat16"}
+    assert len(rounding) == 1 and rounding <= b.dataflow.dropped
+
+
+def test_a_rounding_copy_of_loaded_values_is_not_folded():
+    """Loaded bf16 values may hold NaNs the round trip through fp32 rewrites (0x7fc1 -> 0x7fc0): the copy
+    stays and the matmul reads its bf16 result."""
+    x, v = _with_nans(_rand((P, 2 * P))), _rand((2 * P, 32), seed=1)
+    prog, b, got, want = _run_both(transposed_probs, (x, v, False), [x, v])
+    assert _bits_equal(got, want)
+    assert not [p for i, r, p in _folded(b, "nc_matmul") if r == "stationary"]
+    assert any(prog.instructions[i].opcode == "tensor_copy" for g in b.groups for i in g.members)
+
+
+def test_sub_index_places_a_read_inside_a_destination_or_refuses():
+    from simulator.folding import compose, sub_index
+    from simulator.program import AccessPattern as AP
+    dst = AP("t", 0, ((512, 128), (128, 4), (1, 128)))          # t[:, 0:4, :] of a [128, 4, 128] tile
+    start, axes = sub_index(dst, AP("t", 2 * 128 + 3, ((512, 64), (1, 100))))   # t[:64, 2, 3:103]
+    assert (start, axes) == ((0, 2, 3), (0, 2))
+    assert compose((1000, 200, 1), start, axes) == (2 * 200 + 3, (1000, 1))
+    assert sub_index(dst, AP("t", 3 * 128 + 100, ((512, 2), (1, 29)))) is None      # runs past the row
+    assert sub_index(dst, AP("t", 0, ((512, 2), (2, 4)))) is None                   # a stride it lacks
+    assert sub_index(dst, AP("u", 0, ((512, 2),))) is None
+    assert sub_index(dst, AP("t", 0, ((1, 128), (512, 128)))) == ((0, 0, 0), (2, 0))   # transposed
+
+
+def test_same_layout_keeps_free_strides_and_the_column_test():
+    from simulator.folding import compact, same_layout
+    assert same_layout((1024, 1), (128, 1), (128, 128))         # rows further apart: the same paths
+    assert not same_layout((64, 1), (128, 1), (128, 128))       # rows overlapping
+    assert not same_layout((1024, 2), (128, 1), (128, 64))      # another free stride
+    assert same_layout((5, 7), (1, 9), (1, 1)) and same_layout((1, 1), (1, 1), (128, 1))
+    assert not same_layout((2, 1), (1, 1), (128, 1))            # a column no longer back to back
+    assert compact((512, 1), (128, 100)) == (100, 1)            # astype packs a strided view
+    assert compact((1, 128), (128, 100)) == (1, 128)

@@ -24,7 +24,7 @@ def _op_tests() -> dict:
 
 OP_TESTS = _op_tests()
 KNOWN_CATEGORIES = {base.ELEMENTWISE, base.REDUCE, base.DMA, base.MATMUL, base.ACCUMULATE, base.GENERATE,
-                    base.DEBUG, base.INDIRECT, base.CROSS_PARTITION, base.RANDOM}
+                    base.DEBUG, base.INDIRECT, base.CROSS_PARTITION, base.RANDOM, base.ROUNDED}
 
 
 def test_table_is_not_empty():
