@@ -62,15 +62,23 @@ def _order(a: np.ndarray) -> tuple:
     return tuple(sorted(axes, key=lambda d: -abs(a.strides[d])))
 
 
+def _inner(a: np.ndarray):
+    """The axis ``a`` walks fastest in memory (None when no axis has more than one element)."""
+    order = _order(a)
+    return order[-1] if order else None
+
+
 def caster(dst: np.ndarray, src: np.ndarray):
     """``cast() `` doing ``dst[...] = src.astype(dst.dtype)`` bit for bit, for arrays fixed in memory (the
     torch views are made once here). Float destinations only; integer destinations need the engines'
     saturating rounding (``simulator.isa.base.store``)."""
-    # torch is the faster cast when both sides walk memory in the same order; for a transposing copy
-    # numpy's strided loop is (0.4 against 0.6 ns per element measured).
+    # torch is the faster cast when both sides walk their innermost axis in the same order, however the
+    # outer axes are laid out (a stack of column blocks of one tile: 0.14 against 0.42 ns per element
+    # widening, 0.18 against 1.03 narrowing); for a transposing copy numpy's strided loop is (0.47
+    # against 0.67 ns per element widening).
     if dst.size >= TORCH_MIN_ELEMS and ((dst.dtype == BF16 and src.dtype == F32) or
                                         (dst.dtype == F32 and src.dtype == BF16)) and \
-            (src.shape != dst.shape or _order(src) == _order(dst)):
+            (src.shape != dst.shape or _inner(src) == _inner(dst)):
         td, ts = torch_view(dst), torch_view(src)
         if td is not None and ts is not None:
             if dst.dtype == F32:

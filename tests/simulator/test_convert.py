@@ -68,6 +68,28 @@ def test_strided_and_transposed_views(direction):
     assert np.array_equal(_bits(dst), _bits(want))
 
 
+@pytest.mark.parametrize("direction", ["up", "down"])
+def test_a_stack_of_column_blocks_casts_through_torch_with_the_same_bits(direction, monkeypatch):
+    """Members of a stack that are column blocks of one tile (the stack axis walks memory faster than the
+    partitions) have the innermost axis of a contiguous work array: torch casts them, bit for bit."""
+    import simulator.convert as convert
+    rng = np.random.default_rng(2)
+    tile = rng.standard_normal((128, 8 * 96)).astype(np.float32)
+    tile.view(np.uint32)[::9, ::7] = 0xFFC00003      # NaNs with a payload and a sign
+    tile[5, ::4] = -0.0
+    if direction == "up":
+        tile = tile.astype(BF16)
+    item = tile.itemsize
+    src = np.ndarray((8, 128, 96), tile.dtype, tile, 0, (96 * item, tile.strides[0], item))
+    dst = np.empty((8, 128, 96), F32 if direction == "up" else BF16)
+    used = []
+    monkeypatch.setattr(convert, "torch_view", lambda a, f=convert.torch_view: used.append(a.shape) or f(a))
+    caster(dst, src)()
+    with np.errstate(all="ignore"):
+        want = src.astype(dst.dtype)
+    assert used and np.array_equal(_bits(dst), _bits(want))
+
+
 def test_broadcast_source_and_small_arrays_take_the_numpy_path():
     col = np.array([[1.5], [np.nan], [-2.25]], np.float32)
     dst = np.empty((3, 4000), BF16)
