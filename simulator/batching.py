@@ -24,6 +24,7 @@ import numpy as np
 from simulator.dataflow import Dataflow, NotBatchable, ReadPlan, storage_span
 from simulator.isa import opdef
 from simulator.isa.fast import Scratch
+from simulator.schedule import Schedule
 
 # Renamed storage beyond this many bytes (per workspace) is not worth it: replay unbatched.
 MAX_STORAGE_BYTES = 1 << 30
@@ -326,7 +327,6 @@ class _Binder:
         return copies
 
 
-BARRIER = None              # a lane program item: wait for every lane to get here
 # A step works on at most about this many elements, so its operands stay in the core's cache (stacking
 # more only streams them through memory); members bigger than that run one per step.
 CHUNK_ELEMENTS = 1 << 18
@@ -357,21 +357,19 @@ def _chunk(b: Batches, g: Group) -> int:
     return max(1, min(len(inss), CHUNK_ELEMENTS // max(1, _member_elements(inss[0]))))
 
 
-def bind_batches(b: Batches, bufs: list, index: dict, scratches: list, bind_step) -> list:
-    """Lane programs for the groups of ``b`` on the workspace buffers ``bufs`` (``index``: tensor name
-    -> buffer index): one list per scratch in ``scratches`` (one per lane), of steps compiled with
-    ``bind_step(ins, src, dst, scratch)`` and ``BARRIER`` items between levels. Groups are cut into
-    chunks (``_chunk``), and a level's chunks are shared out to the least loaded lane, biggest first."""
+def bind_batches(b: Batches, bufs: list, index: dict, scratches: list, bind_step) -> Schedule:
+    """The ``Schedule`` of the groups of ``b`` on the workspace buffers ``bufs`` (``index``: tensor name
+    -> buffer index), for one lane per scratch in ``scratches``: steps compiled with
+    ``bind_step(ins, src, dst, scratch)``, level by level. Groups are cut into chunks (``_chunk``); a
+    level's chunks go to the schedule biggest first by an estimate of their cost (elements touched plus
+    a fixed cost per step), which binds each for the lanes that may run it."""
     binder = _Binder(b, bufs, index)
     lanes = len(scratches)
-    programs: list = [[] for _ in range(lanes)]
+    schedule = Schedule(lanes)
     by_level: dict = {}
     for gi, g in enumerate(b.groups):
         by_level.setdefault(g.level, []).append(gi)
-    prev_multi = False
     for level in sorted(by_level):
-        load = [0] * lanes
-        work: list = [[] for _ in range(lanes)]
         items = []
         for gi in by_level[level]:
             g = b.groups[gi]
@@ -382,19 +380,41 @@ def bind_batches(b: Batches, bufs: list, index: dict, scratches: list, bind_step
                 n = lanes       # cut a group that is one chunk, so every lane gets a share
             cuts = [k * x // n for x in range(n + 1)]
             items += [((z - a) * per + STEP_OVERHEAD_ELEMENTS, gi, a, z) for a, z in zip(cuts[:-1], cuts[1:])]
-        for cost, gi, a, z in sorted(items, key=lambda x: -x[0]):
-            lane = load.index(min(load))
-            work[lane].append((gi, a, z))
-            load[lane] += cost
-        multi = sum(1 for w in work if w) > 1
-        if any(programs) and (multi or prev_multi):
-            for prog in programs:
-                prog.append(BARRIER)
-        prev_multi = multi
-        for lane in range(lanes):
-            for gi, a, z in sorted(work[lane]):
-                programs[lane].append(_bind_group(b, binder, gi, a, z, scratches[lane], bind_step))
-    return programs
+        items.sort(key=lambda x: (-x[0], x[1:]))
+        schedule.add_level([cost for cost, *_ in items], _lane_binder(b, binder, items, scratches, bind_step))
+    return schedule
+
+
+class _Counted:
+    """A ``Scratch`` that counts the work arrays handed out (a bind that takes none is lane-free)."""
+
+    def __init__(self, scratch: Scratch):
+        self.scratch, self.uses = scratch, 0
+
+    def like(self, *args, **kwargs) -> np.ndarray:
+        self.uses += 1
+        return self.scratch.like(*args, **kwargs)
+
+    def new(self, *args, **kwargs) -> np.ndarray:
+        self.uses += 1
+        return self.scratch.new(*args, **kwargs)
+
+
+def _lane_binder(b: Batches, binder: "_Binder", items: list, scratches: list, bind_step):
+    """``bind(i, lane)``: the step of chunk ``items[i]`` for ``lane``'s scratch; a step that took no
+    work array from its scratch runs on any lane as it is, so it is bound once."""
+    free: dict = {}
+
+    def bind(i: int, lane: int):
+        if i in free:
+            return free[i]
+        _, gi, a, z = items[i]
+        counted = _Counted(scratches[lane])
+        step = _bind_group(b, binder, gi, a, z, counted, bind_step)
+        if not counted.uses:
+            free[i] = step
+        return step
+    return bind
 
 
 def _bind_group(b: Batches, binder: "_Binder", gi: int, a: int, z: int, scratch: Scratch, bind_step):

@@ -9,7 +9,8 @@ differently, measured on the library kernels (see docs/simulator.md):
   functions at bind time; a row without a bind runs its ``execute`` on the bound views.
 - **Fast exact casts** (``simulator.convert``) and one ``np.errstate`` per run instead of one per call.
 - **Batched** (from the second call, ``simulator.batching``): independent same-shaped instructions
-  run as one stacked operation, split over two lanes (``simulator.threads``).
+  run as one stacked operation, shared at run time between two lanes (``simulator.schedule``,
+  ``simulator.threads``).
 
 ``executor_for`` picks the engine named by ``NKIHUB_SIM_ENGINE`` (``simulator.config``).
 """
@@ -23,7 +24,7 @@ import warnings
 import numpy as np
 
 from simulator import config
-from simulator.batching import BARRIER, Batches, bind_batches, plan_batches
+from simulator.batching import Batches, bind_batches, plan_batches
 from simulator.dataflow import NotBatchable
 from simulator.errors import NkiError, SimulationError
 from simulator import executor
@@ -92,19 +93,10 @@ def run_steps(steps, instructions, ctx) -> None:
         raise SimulationError(f"{ins.opcode} failed in the simulator: {exc}", loc=ins.loc) from exc
 
 
-def run_lane(program: list, barrier, ctx) -> None:
-    """Run one lane's steps; ``BARRIER`` items wait for the other lanes (a failing lane breaks the
-    barrier so the others stop too)."""
-    try:
-        for step in program:
-            if step is BARRIER:
-                barrier.wait()
-            else:
-                step(ctx)
-    except BaseException:
-        if barrier is not None:
-            barrier.abort()
-        raise
+def run_batched(steps, ctx) -> None:
+    """Run a batched plan's steps on one lane (its errors are located by the unbatched replay)."""
+    for step in steps:
+        step(ctx)
 
 
 class _Workspace:
@@ -124,9 +116,9 @@ class _Workspace:
         self.scratch = Scratch()
         self.batches, self.lanes = batches, lanes
         if batches is not None:
-            self.programs = bind_batches(batches, self.bufs, rp._index, [self.scratch] +
+            self.schedule = bind_batches(batches, self.bufs, rp._index, [self.scratch] +
                                          [Scratch() for _ in range(lanes - 1)], bind_step)
-            self.barrier = threading.Barrier(lanes) if lanes > 1 else None
+            self.steps = self.schedule.steps() if lanes == 1 else None
             return
         self.lanes = 1
         self.steps, self.where = [], rp.program.instructions
@@ -260,8 +252,11 @@ class Replay:
 
     def _run(self, ws: _Workspace, inputs, ctx) -> list[np.ndarray]:
         ws.load(self, inputs)
-        if ws.batches is not None:
-            tasks = [lambda prog=prog: run_lane(prog, ws.barrier, ctx) for prog in ws.programs]
+        if ws.batches is not None and ws.lanes > 1:
+            run = ws.schedule.start()
+            tasks = [lambda lane=lane: ws.schedule.run_lane(lane, run, ctx) for lane in range(ws.lanes)]
+        elif ws.batches is not None:
+            tasks = [lambda: run_batched(ws.steps, ctx)]
         else:
             tasks = [lambda: run_steps(ws.steps, ws.where, ctx)]
         if config.fast_threads() == 0:     # the calling thread, thread pools as they are
