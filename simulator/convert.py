@@ -56,16 +56,11 @@ def _fix_nans(dst: np.ndarray, src: np.ndarray) -> None:
         bits[nan] = np.where(neg[nan], np.uint16(0xFFC0), np.uint16(0x7FC0))
 
 
-def _order(a: np.ndarray) -> tuple:
-    """Axes of ``a`` from the largest stride to the smallest (axes of size 1 left out)."""
-    axes = [d for d in range(a.ndim) if a.shape[d] > 1]
-    return tuple(sorted(axes, key=lambda d: -abs(a.strides[d])))
-
-
 def _inner(a: np.ndarray):
-    """The axis ``a`` walks fastest in memory (None when no axis has more than one element)."""
-    order = _order(a)
-    return order[-1] if order else None
+    """The axis ``a`` walks fastest in memory: the smallest stride among axes of more than one element
+    (the last such axis on a tie; None when there is none)."""
+    axes = [d for d in range(a.ndim) if a.shape[d] > 1]
+    return min(axes, key=lambda d: (abs(a.strides[d]), -d)) if axes else None
 
 
 def caster(dst: np.ndarray, src: np.ndarray):
