@@ -98,6 +98,9 @@ def _matmul_bind(ins, src, dst, sc):
     # f32(x).reshape(k, -1) may copy (an fp32 operand with free dims that do not flatten): then it is a
     # C-ordered copy per call, as in _matmul.
     a_get, b_get = _flat(a_arr, k), _flat(b_arr, k)
+    if shape[1] == 1 or shape[2] == 1:
+        a_get = _reference_rows(a_get, st.dtype, ins.src["stationary"], k, sc, 3)
+        b_get = _reference_rows(b_get, mv.dtype, ins.src["moving"], k, sc, 4)
 
     def step(ctx):
         if refresh is not None:
@@ -108,6 +111,31 @@ def _matmul_bind(ins, src, dst, sc):
         elif res is not o:
             np.copyto(o, res)
     return step
+
+
+def _reference_rows(get, dtype, ap, k: int, sc, slot: int):
+    """``get`` for an operand of a matrix-vector product, whose sums BLAS's gemv kernels order by the
+    matrix's row stride (unlike gemm's): an fp32 operand the reference reads in place is copied, each
+    call, into a work array with the reference's row stride when the fast engine's storage packs its
+    rows closer (renamed storage keeps partitions back to back). A widened operand is packed in both."""
+    if dtype != F32:
+        return get
+    ref = np.lib.stride_tricks.as_strided(np.empty(1, F32), ap.shape, tuple(s * F32.itemsize for s, _ in ap.dims))
+    try:
+        rows = strict_reshape(ref, (k, ref.size // k)).strides
+    except NoBind:      # the reference's reshape copies into a packed array, as _flat does
+        return get
+    have = get()
+    if have.strides[1:] == rows or min(rows) <= 0:
+        return get
+    n, m = have.shape[0], have.shape[2]
+    span = ((k - 1) * rows[0] + (m - 1) * rows[1]) // F32.itemsize + 1
+    work = np.ndarray((n, k, m), F32, sc.new((n * span,), F32, slot), 0, (span * F32.itemsize, *rows))
+
+    def copied():
+        np.copyto(work, get())
+        return work
+    return copied
 
 
 def _blas_writable(o: np.ndarray) -> bool:

@@ -1,7 +1,7 @@
 """neuron/matmul against torch for any M, K, N (partial tiles, grouped and single k-tiles) and errors."""
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from kernels.library.matmul import matmul, ops
 from kernels.library.matmul.nki_kernels import matmul_kernel
@@ -17,6 +17,9 @@ def _close(c, ref, dtype):
 @settings(max_examples=8, deadline=None)
 @given(m=st.integers(1, 600), k=st.integers(1, 1200), n=st.integers(1, 1100),
        dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 2**16))
+# a matrix-vector product whose fp32 stationary operand sits in a wider SBUF tile: gemv's sums depend on
+# the row stride, which the fast engine's packed storage changed (found by this test in CI)
+@example(m=130, k=49, n=1, dtype=torch.float32, seed=0)
 def test_matches_reference(m, k, n, dtype, seed):
     g = torch.Generator().manual_seed(seed)
     a, b = torch.randn(m, k, generator=g).to(dtype), torch.randn(k, n, generator=g).to(dtype)
