@@ -87,7 +87,7 @@ def computed(repo: str, load) -> callable:
 
 
 def locked(repo: str, lockfile: Path):
-    """load_kernel after `kernels download`. kernels 0.17.2 asks huggingface_hub for the whole cached
+    """load_kernel after `kernels download`. kernels 0.17.2 (not 0.19.1) asks huggingface_hub for the whole cached
     snapshot of the locked commit (no allow_patterns) while `kernels download` fetched one variant, and
     huggingface_hub >= 2.2 refuses a snapshot its cached tree listing shows incomplete
     (IncompleteSnapshotError, for any Hub): the first attempt says so, then the snapshot is completed
@@ -207,10 +207,11 @@ def cli(*args: str, expect: str) -> callable:
 def main() -> int:
     snapshots = json.loads(sys.argv[1])
     project = Path(sys.argv[2])
+    expected = sys.argv[3]
     import kernels
 
     def environment():
-        if kernels.__version__ != "0.17.2" or not hasattr(kernels, "get_kernel_variants"):
+        if kernels.__version__ != expected or not hasattr(kernels, "get_kernel_variants"):
             raise AssertionError(f"kernels is {kernels.__file__} {kernels.__version__}")
         missing = [m for m in ("hub_client", "kernels.library", "kernels.torch_ops") if _findable(m)]
         if missing:
@@ -239,7 +240,7 @@ def main() -> int:
         check(f"{repo}: kernelize {LAYERS[repo]}", kernelized(repo))
     if UPSTREAM:
         print(f"\nnote: load_kernel right after `kernels download` raised {', '.join(sorted(UPSTREAM))} "
-              "(Hugging Face kernels 0.17.2 with huggingface_hub >= 2.2, not specific to this Hub); "
+              f"(Hugging Face kernels {expected} with huggingface_hub >= 2.2, not specific to this Hub); "
               "passed once the cached snapshot was completed")
     passed = sum(ok for _, ok, _ in RESULTS)
     print(f"\n{passed} of {len(RESULTS)} checks pass")

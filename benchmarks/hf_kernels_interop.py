@@ -1,9 +1,10 @@
 """Interop check: the 8 library kernels, published by nkihub, load and compute with Hugging Face's own
-``kernels`` 0.17.2 in an environment that has no nkihub ``kernels`` package.
+``kernels`` (0.19.1 by default, the release transformers 5.25 requires; ``--kernels`` picks another) in an
+environment that has no nkihub ``kernels`` package.
 
 1. start the local Hub in-process and publish every library kernel (``kernels.publish_kernel``);
    download each ``v1`` snapshot (for ``get_local_kernel``);
-2. create a venv (or reuse ``--venv``) with ``kernels==0.17.2`` from the package index; torch 2.13.0
+2. create a venv (or reuse ``--venv``) with that ``kernels`` from the package index; torch 2.13.0
    (and transformers, numpy, ml_dtypes) come from this venv through a ``.pth`` line appended after the
    venv's own packages, and only nkihub's ``nki`` and ``simulator`` packages are put on its path (a
    directory of two symlinks), standing in for an NKI installation: ``import kernels`` there is
@@ -18,7 +19,7 @@
 Prints one line per check and "N of M checks pass"; exits non-zero unless all pass. Needs the package
 index for step 2 unless ``--venv`` points at a ready environment.
 
-    .venv/bin/python benchmarks/hf_kernels_interop.py [--venv /tmp/hfk-venv] [--keep]
+    .venv/bin/python benchmarks/hf_kernels_interop.py [--kernels 0.19.1] [--venv /tmp/hfk-venv] [--keep]
 """
 
 from __future__ import annotations
@@ -35,16 +36,20 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-HF_KERNELS = "kernels==0.17.2"
+HF_KERNELS = "0.19.1"    # the kernels release transformers 5.25 requires (>=0.19.1,<0.20)
 CHECKS = Path(__file__).with_name("hf_kernels_checks.py")  # runs inside the Hugging Face venv
 
 
-def make_venv(path: Path) -> Path:
-    """A venv with Hugging Face kernels; this venv's packages (torch ...) appended, nki + simulator on the path."""
+def make_venv(path: Path, version: str) -> Path:
+    """A venv with Hugging Face kernels ``version`` (installed unless the venv has it); this venv's packages
+    (torch ...) appended, nki + simulator on the path."""
     py = path / "bin" / "python"
     if not py.exists():
         subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", HF_KERNELS], check=True)
+    have = subprocess.run([str(py), "-c", "from importlib.metadata import version; print(version('kernels'))"],
+                          text=True, capture_output=True).stdout.strip()
+    if have != version:
+        subprocess.run([str(py), "-m", "pip", "install", "-q", f"kernels=={version}"], check=True)
     site = Path(subprocess.check_output([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                         text=True).strip())
     nki_only = path / "nki-installation"
@@ -80,6 +85,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--venv", type=Path, default=None, help="reuse (or create) this venv for Hugging Face kernels")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--kernels", default=HF_KERNELS, help=f"Hugging Face kernels version (default {HF_KERNELS})")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="nkihub-interop-"))
     try:
@@ -87,14 +93,14 @@ def main() -> int:
 
         with serve_in_background(work / "hub", trusted_publishers=("neuron",)) as hub:
             snapshots = publish_library(hub.url, work)
-            py = make_venv(args.venv or work / "venv")
+            py = make_venv(args.venv or work / "venv", args.kernels)
             env = {k: v for k, v in os.environ.items()
                    if k not in ("PYTHONPATH", "KERNELS_CACHE", "LOCAL_KERNELS", "HF_TOKEN", "HF_HUB_OFFLINE")}
-            # not HF_HUB_DISABLE_TELEMETRY: with it, kernels 0.17.2 sends a User-Agent ending in "; ",
+            # not HF_HUB_DISABLE_TELEMETRY: with it, kernels 0.17.2 (not 0.19.1) sends a User-Agent ending in "; ",
             # which httpx refuses as an illegal header value
             env.pop("HF_HUB_DISABLE_TELEMETRY", None)
             env.update(HF_ENDPOINT=hub.url, HF_HUB_CACHE=str(work / "hf-cache"), HF_HUB_DISABLE_PROGRESS_BARS="1")
-            proc = subprocess.run([str(py), str(CHECKS), json.dumps(snapshots), str(work / "project")],
+            proc = subprocess.run([str(py), str(CHECKS), json.dumps(snapshots), str(work / "project"), args.kernels],
                                   env=env, cwd=work, text=True, capture_output=True, timeout=3000)
         print(proc.stdout, end="")
         if proc.returncode not in (0, 1):
