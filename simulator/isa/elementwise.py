@@ -217,12 +217,17 @@ def _act_bind(ins, src, dst, sc):
     fn = alu.ACTIVATION_FNS.get(ins.attrs["op"])
     if fn is None:
         raise NoBind("unknown activation")
-    t = sc.new(out.shape, np.float32, 3)
-    if ins.attrs["op"] in alu.UFUNC_ACTIVATIONS:
+    in_place = ins.attrs["op"] in alu.UFUNC_ACTIVATIONS
+    if in_place:
         ufunc = fn
         fn = lambda v: ufunc(v, out=v)   # noqa: E731  (elementwise: in place gives the same bits)
+    # An fp32 destination is computed in place (no copy out of a work array) when nothing the step reads
+    # lives in it and its rows are laid out as the work array's (the fold's row sums take the same path).
+    direct = (in_place or ins.attrs["op"] in ("copy", "identity", "bypass")) and _rows_like_work_array(out) and \
+        not any(np.may_share_memory(out, a) for a in (*src.values(), *dst.values()) if a is not out)
+    t = out if direct else sc.new(out.shape, np.float32, 3)
     refresh = refresher(x_ref, sc_ref, b_ref)
-    write = writer(out)
+    write = (lambda y: None) if direct else writer(out)
     fold = reduce_into_step(ins, src, dst, sc, 4)
 
     # x * 1.0 + bias is (x + bias) bit for bit, NaN payloads included (the add quiets a signalling NaN
@@ -242,6 +247,17 @@ def _act_bind(ins, src, dst, sc):
         if fold is not None:
             fold(y)
     return step
+
+
+def _rows_like_work_array(a: np.ndarray) -> bool:
+    """Whether stacked [k, P, ...] ``a`` is fp32 with every partition's free elements back to back in C
+    order and partitions and members ascending, as in a C-contiguous work array of its shape."""
+    if a.dtype != np.float32 or a.ndim < 2:
+        return False
+    row = a[0, 0]
+    k, p = a.shape[:2]
+    return row.flags.c_contiguous and (p == 1 or a.strides[1] >= row.nbytes) and \
+        (k == 1 or a.strides[0] >= p * max(a.strides[1], row.nbytes))
 
 
 def _act_cost(ins, program, target):

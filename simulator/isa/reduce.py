@@ -93,7 +93,38 @@ def _bn_stats(ins, src, dst, ctx):
     store(dst["dst"], np.stack(res, axis=1).astype(np.float32).reshape(dst["dst"].shape))
 
 
-register("bn_stats", engines={"vector"}, execute=_bn_stats,
+def _bn_stats_bind(ins, src, dst, sc):
+    """``_bn_stats`` for k stacked instructions: numpy's mean and sum over the free elements of every
+    partition of the stack at once (a reduction along the innermost axis sums each row as the single
+    instruction's does)."""
+    understands(ins)
+    data, out = src["data"], dst["dst"]
+    arr, refresh = reader(data, sc, 0)
+    k, p = arr.shape[0], arr.shape[1]
+    res = sc.new((k, p, 6), np.float32, 1)
+    f = arr[0, 0].size
+    diff = [sc.new((k, p, c), np.float32, 2 + j) for j, c in enumerate(((f + 1) // 2, f // 2))]
+    write = writer(out)
+
+    def step(ctx):
+        if refresh is not None:
+            refresh()
+        x = arr.reshape(k, p, -1)       # a view, or a C-ordered copy where _bn_stats's reshape copies
+        for j, part in enumerate((x[..., 0::2], x[..., 1::2])):
+            c = part.shape[-1]
+            res[..., 3 * j] = c
+            if c:
+                mean = part.mean(axis=-1)
+                res[..., 3 * j + 1] = mean
+                d = np.subtract(part, mean[..., None], out=diff[j])
+                res[..., 3 * j + 2] = np.square(d, out=d).sum(axis=-1)
+            else:
+                res[..., 3 * j + 1:3 * j + 3] = 0.0
+        write(res.reshape(out.shape))
+    return step
+
+
+register("bn_stats", engines={"vector"}, execute=_bn_stats, bind=_bn_stats_bind,
          cost=lambda ins, p, t: cr.seconds(cr.vector_cycles(_n_in(ins) * cr.stride_slowdown(ins, p)), t, "vector"),
          rules=COMPUTE_RULES + (same_partitions("dst", "data"), _bn_stats_rules), categories={REDUCE})
 
@@ -118,7 +149,31 @@ def _bn_aggr(ins, src, dst, ctx):
     store(dst["dst"], np.stack([mu, var], axis=1).astype(np.float32).reshape(dst["dst"].shape))
 
 
-register("bn_aggr", engines={"vector"}, execute=_bn_aggr,
+def _bn_aggr_bind(ins, src, dst, sc):
+    """``_bn_aggr`` for k stacked instructions, in float64 as there (sums over each partition's triples)."""
+    understands(ins)
+    data, out = src["data"], dst["dst"]
+    arr, refresh = reader(data, sc, 0)
+    k, p = arr.shape[0], arr.shape[1]
+    res, res32 = sc.new((k, p, 2), np.float64, 1), sc.new((k, p, 2), np.float32, 2)
+    write = writer(out)
+
+    def step(ctx):
+        if refresh is not None:
+            refresh()
+        t = arr.reshape(k, p, -1, 3).astype(np.float64)
+        count, mean, m2 = t[..., 0], t[..., 1], t[..., 2]
+        n = count.sum(axis=-1)
+        safe_n = np.where(n > 0, n, 1)
+        mu = (count * mean).sum(axis=-1) / safe_n
+        res[..., 0] = mu
+        res[..., 1] = (m2 + count * (mean - mu[..., None]) ** 2).sum(axis=-1) / safe_n
+        np.copyto(res32, res, casting="same_kind")
+        write(res32.reshape(out.shape))
+    return step
+
+
+register("bn_aggr", engines={"vector"}, execute=_bn_aggr, bind=_bn_aggr_bind,
          cost=lambda ins, p, t: cr.seconds(max(cr.MIN_II_CYCLES, cr.BN_AGGR_FACTOR * _n_in(ins) * cr.stride_slowdown(ins, p)),
                                           t, "vector"),
          rules=COMPUTE_RULES + (same_partitions("dst", "data"), _bn_aggr_rules), categories={REDUCE})
