@@ -76,7 +76,7 @@ def plan_batches(program) -> Batches:
         key = (_signature(ins, program, df.levels[i], df.renamed),
                tuple((r, p.memory is not None, p.dtype) for r, p in sorted(df.src_plans[i].items())
                      if p.memory is not None or p.dtype is not None)) \
-            if opdef(ins.opcode).bind is not None else (i,)
+            if opdef(ins.opcode).bind is not None or opdef(ins.opcode).rows else (i,)
         by_sig.setdefault(key, []).append(i)
     groups = sorted((Group(df.levels[m[0]], m) for m in by_sig.values()), key=lambda g: (g.level, g.members[0]))
     b = Batches(program, df, groups)

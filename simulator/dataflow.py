@@ -11,7 +11,8 @@ write, write after read, write after write) order the instructions.
 
 Each instruction gets a *level*: one more than the levels it depends on. Instructions of one level are
 independent. Rows without a ``bind`` (which may keep state in the execution context: the random
-generator, printed lines) keep their program order among themselves.
+generator, printed lines) keep their program order among themselves, except ``rows`` rows (stacked by
+``simulator.replay.rows_step``).
 
 Copies are *folded*: a reader of a box of a copy's renamed destination (a row whose ``copies`` names
 its source) reads the matching box of the copy's source instead, an HBM access pattern that nothing
@@ -234,7 +235,7 @@ class Dataflow:
         ordered_level = -1
         for i, ins in enumerate(program.instructions):
             row = opdef(ins.opcode)
-            generic = row.bind is None
+            generic = row.bind is None and not row.rows
             back = tuple(ins.dst) if generic else dst_reads(row, ins)
             dep = ordered_level if generic else -1
             src_plans, old_plans = {}, {}

@@ -30,7 +30,7 @@ from simulator.errors import NkiError, SimulationError
 from simulator import executor
 from simulator.executor import Executor, check_inputs, engine_tables, input_array, strided
 from simulator.isa import ExecContext, opdef
-from simulator.isa.fast import NoBind, Scratch
+from simulator.isa.fast import NoBind, Scratch, strict_reshape
 from simulator.program import Program
 from simulator.threads import run_on_lanes
 
@@ -68,8 +68,30 @@ def generic_step(execute, ins, src: dict, dst: dict):
     return step
 
 
+def rows_step(execute, ins, src: dict, dst: dict):
+    """A step running a ``rows`` row's ``execute`` once on ``k`` stacked instructions seen as one, their
+    partitions end to end (None unless every operand has the destination's partitions and its stack
+    merges into them without a copy)."""
+    arrays = (*dst.values(), *src.values())
+    if not dst or arrays[0].shape[0] == 1 or arrays[0].ndim < 3:
+        return None
+    p = arrays[0].shape[1]
+    try:
+        s1, d1 = ({r: _merged(v, p) for r, v in side.items()} for side in (src, dst))
+    except NoBind:
+        return None
+    return lambda ctx: execute(ins, s1, d1, ctx)
+
+
+def _merged(a: np.ndarray, p: int) -> np.ndarray:
+    if a.ndim < 3 or a.shape[1] != p:
+        raise NoBind("an operand with other partitions")
+    return strict_reshape(a, (a.shape[0] * p, *a.shape[2:]))
+
+
 def bind_step(ins, src: dict, dst: dict, scratch: Scratch):
-    """The step of one instruction (or of ``k`` stacked ones): its row's bind, else its execute."""
+    """The step of one instruction (or of ``k`` stacked ones): its row's bind, else its execute (once
+    over the stack for a ``rows`` row, else once per instruction)."""
     row = opdef(ins.opcode)
     step = None
     if row.bind is not None:
@@ -77,6 +99,8 @@ def bind_step(ins, src: dict, dst: dict, scratch: Scratch):
             step = row.bind(ins, src, dst, scratch)
         except NoBind:
             step = None
+    if step is None and row.rows:
+        step = rows_step(row.execute, ins, src, dst)
     return step or generic_step(row.execute, ins, src, dst)
 
 

@@ -91,7 +91,7 @@ def _exp_cost(ins, program, target):
     return _engine_cost(ins, program, target, 1) + extra
 
 
-register("exponential", engines={"vector"}, execute=_exponential, cost=_exp_cost,
+register("exponential", rows=True, engines={"vector"}, execute=_exponential, cost=_exp_cost,
          rules=COMPUTE_RULES + (same_partitions("dst", "src", "max_value", "reduce_init", "reduce_res"),
                                 same_free_size("dst", "src"), _act_rules, _reduce_cmd_rule, _gen4_only),
          categories={ELEMENTWISE, REDUCE})
@@ -145,7 +145,7 @@ def _activate2_cost(ins, program, target):
     return cr.seconds(cr.scalar_cycles(n, reduce="reduce_res" in ins.dst), target, "scalar")
 
 
-register("activate2", engines={"scalar"}, execute=_activate2, cost=_activate2_cost,
+register("activate2", rows=True, engines={"scalar"}, execute=_activate2, cost=_activate2_cost,
          rules=COMPUTE_RULES + (same_partitions("dst", "data", "imm0", "imm1", "relu_param", "reduce_res"),
                                 same_free_size("dst", "data"), _act_rules, _activate2_rules, _reduce_cmd_rule,
                                 _gen4_only),

@@ -64,6 +64,10 @@ class OpDef:
       writes into ``dst``, in any arrangement (a transpose), else None.
     - ``widens(ins)``: the source roles ``ins`` reads only through their fp32 values (``f32``), so a
       folded read may hand it fp32 values equal to the widened ones.
+    - ``rows``: every partition's results depend on that partition's operands only (elementwise, per-row
+      reductions and scans, no partition index), so ``execute`` on a stack of instructions seen as one
+      with their partitions end to end gives each its own bits (the fast engine's step for a row
+      without a bind, ``simulator.replay.bind_step``).
     """
 
     opcode: str
@@ -80,6 +84,7 @@ class OpDef:
     copies: Callable = staticmethod(lambda ins: None)
     moves: Callable = staticmethod(lambda ins: None)
     widens: Callable = staticmethod(lambda ins: ())
+    rows: bool = False
 
 
 OPS: dict[str, OpDef] = {}
@@ -87,7 +92,7 @@ OPS: dict[str, OpDef] = {}
 
 def register(opcode: str, *, engines, execute, cost, rules=None, categories=(), reads_dst=None,
              dynamic_reads=(), taint=None, doc: str | None = None, bind=None, copies=None, moves=None,
-             widens=None) -> OpDef:
+             widens=None, rows=False) -> OpDef:
     """Add a row to the instruction table (``doc`` defaults to ``execute``'s docstring).
 
     ``rules`` must be stated, ``()`` when no operand rule applies, so no row silently skips validation.
@@ -99,7 +104,7 @@ def register(opcode: str, *, engines, execute, cost, rules=None, categories=(), 
     row = OpDef(opcode, frozenset(engines), (doc or execute.__doc__ or "").strip(), execute, cost,
                 tuple(rules), frozenset(categories), reads_dst or (lambda ins: False), bind,
                 frozenset(dynamic_reads), taint, copies or (lambda ins: None), moves or (lambda ins: None),
-                widens or (lambda ins: ()))
+                widens or (lambda ins: ()), rows)
     OPS[opcode] = row
     return row
 

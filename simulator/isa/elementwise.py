@@ -313,7 +313,7 @@ def _predicated(ins, src, dst, ctx):
     store(out, np.where(pred, value, f32(out)))
 
 
-register("tensor_copy_predicated", engines={"vector"}, execute=_predicated,
+register("tensor_copy_predicated", rows=True, engines={"vector"}, execute=_predicated,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 2),
          rules=COMPUTE_RULES + (same_partitions("dst", "src", "predicate"), same_free_size("dst", "predicate")),
          categories={ELEMENTWISE}, reads_dst=lambda ins: True)
@@ -324,7 +324,7 @@ def _memset(ins, src, dst, ctx):
     store(dst["dst"], np.full(dst["dst"].shape, ins.attrs["value"], dtype=np.float64))
 
 
-register("memset", engines={"vector", "gpsimd"}, execute=_memset,
+register("memset", rows=True, engines={"vector", "gpsimd"}, execute=_memset,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 1), rules=COMPUTE_RULES,
          categories={GENERATE})
 
@@ -340,7 +340,7 @@ def _recip_cost(ins, program, target):
     return cr.seconds(max(cr.MIN_II_CYCLES, cr.RECIPROCAL_CYCLES_PER_ELEM * _n(ins) * cr.stride_slowdown(ins, program)), target, "vector")
 
 
-register("reciprocal", engines={"vector"}, execute=_reciprocal, cost=_recip_cost,
+register("reciprocal", rows=True, engines={"vector"}, execute=_reciprocal, cost=_recip_cost,
          rules=COMPUTE_RULES + (same_partitions("dst", "data"), same_free_size("dst", "data")),
          categories={ELEMENTWISE})
 

@@ -51,7 +51,7 @@ def _stt(ins, src, dst, ctx):
     store(out, y)
 
 
-register("scalar_tensor_tensor", engines={"vector", "gpsimd"}, execute=_stt,
+register("scalar_tensor_tensor", rows=True, engines={"vector", "gpsimd"}, execute=_stt,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 2),
          rules=COMPUTE_RULES + (same_partitions("dst", "data", "operand0", "operand1"),
                                 same_free_size("dst", "data"), same_free_size("dst", "operand1")),
@@ -67,7 +67,7 @@ def _tsr(ins, src, dst, ctx):
     _reduce_into(ins, src, dst, y)
 
 
-register("tensor_scalar_reduce", engines={"vector"}, execute=_tsr,
+register("tensor_scalar_reduce", rows=True, engines={"vector"}, execute=_tsr,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 1) + cr.seconds(cr.ACTIVATION_REDUCE_EXTRA_CYCLES, t,
                                                                          "vector"),
          rules=COMPUTE_RULES + (same_partitions("dst", "data", "operand0", "reduce_res"),
@@ -115,7 +115,7 @@ def _cumulative(ins, src, dst, ctx):
     store(out, res.reshape(out.shape))
 
 
-register("tensor_scalar_cumulative", engines={"vector"}, execute=_cumulative,
+register("tensor_scalar_cumulative", rows=True, engines={"vector"}, execute=_cumulative,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 1),
          rules=COMPUTE_RULES + (same_partitions("dst", "src", "imm0", "imm1"), same_free_size("dst", "src"),
                                 _cumulative_rules),

@@ -32,7 +32,7 @@ def _select_reduce(ins, src, dst, ctx):
     _reduce_into(ins, src, dst, y)
 
 
-register("select_reduce", engines={"vector"}, execute=_select_reduce,
+register("select_reduce", rows=True, engines={"vector"}, execute=_select_reduce,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 2),
          rules=COMPUTE_RULES + (same_partitions("dst", "predicate", "on_true", "on_false"),
                                 same_free_size("dst", "on_true"), same_free_size("dst", "predicate"), _act_rules),
@@ -62,7 +62,7 @@ def _range_select(ins, src, dst, ctx):
     _reduce_into(ins, src, dst, y)
 
 
-register("range_select", engines={"vector"}, execute=_range_select,
+register("range_select", rows=True, engines={"vector"}, execute=_range_select,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 1),
          rules=COMPUTE_RULES + (same_partitions("dst", "on_true_tile", "bound0", "bound1"),
                                 same_free_size("dst", "on_true_tile"), _act_rules, _gen3_only),
@@ -95,7 +95,7 @@ def _max8(ins, src, dst, ctx):
     store(dst["dst"], -np.sort(-x, axis=1)[:, :TOP].reshape(dst["dst"].shape))
 
 
-register("max8", engines={"vector"}, execute=_max8, cost=_top8_cost,
+register("max8", rows=True, engines={"vector"}, execute=_max8, cost=_top8_cost,
          rules=COMPUTE_RULES + (same_partitions("dst", "src"), _top8_rules("dst")), categories={REDUCE})
 
 
@@ -130,7 +130,7 @@ def _find_index8(ins, src, dst, ctx):
     out[...] = idx.reshape(out.shape).astype(out.dtype)
 
 
-register("nc_find_index8", engines={"vector"}, execute=_find_index8, cost=_top8_cost,
+register("nc_find_index8", rows=True, engines={"vector"}, execute=_find_index8, cost=_top8_cost,
          rules=COMPUTE_RULES + (same_partitions("dst", "data", "vals"), _top8_rules("dst", "vals")),
          categories={REDUCE})
 
@@ -158,7 +158,7 @@ def _match_replace8(ins, src, dst, ctx):
         d[...] = idx.reshape(d.shape).astype(d.dtype)
 
 
-register("nc_match_replace8", engines={"vector"}, execute=_match_replace8, cost=_top8_cost,
+register("nc_match_replace8", rows=True, engines={"vector"}, execute=_match_replace8, cost=_top8_cost,
          rules=COMPUTE_RULES + (same_partitions("dst", "data", "vals", "dst_idx"), same_free_size("dst", "data"),
                                 _top8_rules("vals", "dst_idx")),
          categories={ELEMENTWISE})

@@ -74,7 +74,7 @@ def run_op(opcode, engine, dst, src, attrs=None, *, target="trn2", init=None):
             outs_batched = batched.run(rep_inputs, echo_prints=False)
         for got, want in zip(outs_batched, Executor(rep, target).run(rep_inputs, echo_prints=False)):
             assert_bits(got, want)
-        if opdef(opcode).bind is not None:
+        if opdef(opcode).bind is not None or opdef(opcode).rows:
             assert any(len(g.members) == BATCH_COPIES and rep.instructions[g.members[0]].opcode == opcode
                        for g in batched._batches.groups) or \
                 set(staged(rep)) <= batched._batches.dataflow.dropped, batched.batch_note
