@@ -17,9 +17,9 @@ import time
 import torch
 
 import nki
-from kernels.library.attention_baseline import pv_kernel, qk_kernel, softmax_kernel
-from kernels.library.flash_attn.nki_kernels import flash_bwd_kernel, flash_fwd_kernel
-from kernels.library.vit_attn.nki_kernels import vit_attention_kernel
+from nkihub.kernels.library.attention_baseline import pv_kernel, qk_kernel, softmax_kernel
+from nkihub.kernels.library.flash_attn.nki_kernels import flash_bwd_kernel, flash_fwd_kernel
+from nkihub.kernels.library.vit_attn.nki_kernels import vit_attention_kernel
 
 BF16 = torch.bfloat16
 

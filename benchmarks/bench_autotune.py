@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from kernels.library import LIBRARY
-from kernels.tuning import sweep, tuning_spec
-from kernels.vendor import ROOT
+from nkihub.kernels.library import LIBRARY
+from nkihub.kernels.tuning import sweep, tuning_spec
+from nkihub.kernels.vendor import ROOT
 
 KERNELS = ("neuron/matmul", "neuron/flash-attn", "neuron/vit-attn")
 
@@ -89,7 +89,7 @@ def main() -> int:
                              "passed": sum(r.target == t and r.status == "ok" for r in report.results),
                              "candidates": sum(r.target == t for r in report.results)})
     if not args.no_ray:
-        from nki.autotune.localray import local_cluster
+        from nkihub.nki.autotune.localray import local_cluster
         with local_cluster(num_cpus=os.cpu_count() or 2) as address:
             for repo, pkg in pkgs.items():
                 local = timed_sweep(pkg, workers=1)[0]

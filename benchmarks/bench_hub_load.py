@@ -3,7 +3,7 @@ publishes new versions of it, on loopback, for a fixed time per stage.
 
     .venv/bin/python benchmarks/bench_hub_load.py [--clients 1,2,4,8,16] [--seconds 10]
 
-The server runs as its own process (``kernels serve``). Each client loops until the stage ends,
+The server runs as its own process (``nkihub serve``). Each client loops until the stage ends,
 alternating a cold fetch (a fresh, empty cache) and a warm one (its own cache), each through
 ``kernels.install_kernel(repo, version=1)``: the same resolve, download and verification path as
 ``kernels.get``, without the import. After every fetch the client checks the variant independently:
@@ -56,8 +56,8 @@ def wait_for_start(clock, seconds: float) -> float:
 
 def publisher(url: str, root: str, clock, seconds: float, first: int, ready, out) -> None:
     os.environ["HF_ENDPOINT"] = url
-    from hub_client import PublishConflictError
-    from kernels.publish import publish
+    from nkihub.hub_client import PublishConflictError
+    from nkihub.kernels.publish import publish
 
     done, conflicts, minor = 0, 0, first
     ready.put("publisher")
@@ -78,8 +78,8 @@ def client(url: str, root: str, clock, seconds: float, ready, out) -> None:
     import httpx2
     from huggingface_hub import set_client_factory
 
-    import kernels
-    from kernels.verify import verify_variant
+    from nkihub import kernels
+    from nkihub.kernels.verify import verify_variant
 
     requests: list[float] = []
     statuses: dict[int, int] = {}
@@ -143,7 +143,7 @@ def free_port() -> int:
 
 def start_server(root: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "kernels.cli.main", "serve", "--root", str(root), "--port",
+    proc = subprocess.Popen([sys.executable, "-m", "nkihub.cli", "serve", "--root", str(root), "--port",
                              str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     server, url = start_server(root / "hub")
     try:
         os.environ["HF_ENDPOINT"] = url
-        from kernels.publish import publish
+        from nkihub.kernels.publish import publish
 
         publish(write_package(root, 0), REPO)
         print(f"Hub {url}; {REPO} v1.0.0 published; stages of {args.seconds:g} s\n")

@@ -15,13 +15,13 @@ import time
 import torch
 
 import nki
-from kernels.library.gelu_mlp.nki_kernels import gelu_mlp_kernel, plan as mlp_plan
-from kernels.library.layernorm.nki_kernels import layer_norm_kernel
-from kernels.library.matmul.nki_kernels import matmul_kernel
-from kernels.library.rmsnorm.nki_kernels import rms_norm_kernel
-from kernels.library.softmax.nki_kernels import softmax_kernel
-from kernels.library.vit_block.nki_kernels import vit_block_kernel
-from kernels.library.vit_block.unfused import vit_block_unfused
+from nkihub.kernels.library.gelu_mlp.nki_kernels import gelu_mlp_kernel, plan as mlp_plan
+from nkihub.kernels.library.layernorm.nki_kernels import layer_norm_kernel
+from nkihub.kernels.library.matmul.nki_kernels import matmul_kernel
+from nkihub.kernels.library.rmsnorm.nki_kernels import rms_norm_kernel
+from nkihub.kernels.library.softmax.nki_kernels import softmax_kernel
+from nkihub.kernels.library.vit_block.nki_kernels import vit_block_kernel
+from nkihub.kernels.library.vit_block.unfused import vit_block_unfused
 
 BF16 = torch.bfloat16
 

@@ -22,15 +22,15 @@ from pathlib import Path
 import torch
 
 import nki
-from kernels.library.attention_baseline import pv_kernel, qk_kernel, softmax_kernel
-from kernels.library.layernorm.nki_kernels import layer_norm_kernel
-from kernels.library.vit_attn.nki_kernels import vit_attention_kernel
-from kernels.library.vit_block.nki_kernels import vit_block_kernel
-from kernels.library.vit_block.unfused import linear_kernel, vit_block_unfused
-from kernels.library.model_layers import GELUS
-from kernels.vit_models import MODELS
-from kernels.vit_parts import seq_len
-from simulator.targets import get_target
+from nkihub.kernels.library.attention_baseline import pv_kernel, qk_kernel, softmax_kernel
+from nkihub.kernels.library.layernorm.nki_kernels import layer_norm_kernel
+from nkihub.kernels.library.vit_attn.nki_kernels import vit_attention_kernel
+from nkihub.kernels.library.vit_block.nki_kernels import vit_block_kernel
+from nkihub.kernels.library.vit_block.unfused import linear_kernel, vit_block_unfused
+from nkihub.kernels.library.model_layers import GELUS
+from nkihub.kernels.vit_models import MODELS
+from nkihub.kernels.vit_parts import seq_len
+from nkihub.simulator.targets import get_target
 
 TARGETS = ("trn1", "trn2")
 BATCH = 8
@@ -143,7 +143,7 @@ def where_time_goes(family, sh, fused_reports, unfused_reports, target="trn2"):
 
 
 def plot(results, path):
-    from kernels.library.plots import _plt
+    from nkihub.kernels.library.plots import _plt
 
     plt = _plt()
     fams = list(results)

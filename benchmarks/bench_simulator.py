@@ -26,7 +26,7 @@ import torch.nn.functional as F
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from nki.arrays import to_numpy
+from nkihub.nki.arrays import to_numpy
 
 
 @nki.jit
@@ -61,11 +61,11 @@ def _f32(args):
 
 def cases() -> dict:
     """name -> (kernel, args, torch native fn(*args), torch fp32 fn(*fp32 args)); bf16 throughout."""
-    from kernels.library.flash_attn.nki_kernels import flash_fwd_kernel
-    from kernels.library.gelu_mlp.nki_kernels import gelu_mlp_kernel, plan
-    from kernels.library.layernorm.nki_kernels import layer_norm_kernel
-    from kernels.library.softmax.nki_kernels import softmax_kernel
-    from kernels.library.vit_attn.nki_kernels import vit_attention_kernel
+    from nkihub.kernels.library.flash_attn.nki_kernels import flash_fwd_kernel
+    from nkihub.kernels.library.gelu_mlp.nki_kernels import gelu_mlp_kernel, plan
+    from nkihub.kernels.library.layernorm.nki_kernels import layer_norm_kernel
+    from nkihub.kernels.library.softmax.nki_kernels import softmax_kernel
+    from nkihub.kernels.library.vit_attn.nki_kernels import vit_attention_kernel
 
     def sdpa(causal):
         return lambda q, k, v, *_: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
@@ -101,7 +101,7 @@ def _timed(fn) -> tuple[float, float]:
 
 
 def _same_bits(kernel, args) -> bool:
-    from simulator.executor import Executor
+    from nkihub.simulator.executor import Executor
     compiled = kernel.specialize(*args)
     arrays = [to_numpy(a) for a in args if isinstance(a, torch.Tensor)]
     got = compiled.executor.run(arrays)
@@ -128,7 +128,7 @@ def measure(names=None, repeat: int = 5, check: bool = True, reference: bool = F
                   "fp32_s": lambda: native(*f32_args).bfloat16()}
         if reference:
             ref = kernel.specialize(*args)
-            from simulator.executor import Executor
+            from nkihub.simulator.executor import Executor
             ex = Executor(ref.program, ref.target, checked=True)
             arrays = [to_numpy(a) for a in args if isinstance(a, torch.Tensor)]
             timers["reference_s"] = lambda: ex.run(arrays)
@@ -171,7 +171,7 @@ def main() -> None:
     parser.add_argument("--no-check", action="store_true", help="skip the bit-identity check")
     parser.add_argument("--reference", action="store_true", help="also time the reference executor")
     args = parser.parse_args()
-    from simulator import config
+    from nkihub.simulator import config
     load = ", load average: %.2f" % os.getloadavg()[0] if hasattr(os, "getloadavg") else ""
     print(f"cores: {os.cpu_count()}, torch threads: {torch.get_num_threads()}, simulator threads: "
           f"{config.fast_threads()}, engine: {config.engine()}{load}")

@@ -20,7 +20,7 @@ import torch
 def build():
     import transformers
 
-    from kernels.layers import Mode, kernelize
+    from nkihub.kernels.layers import Mode, kernelize
 
     cfg = transformers.ViTConfig(hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
                                  intermediate_size=512, image_size=64, patch_size=8)
@@ -58,7 +58,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    from kernels import threads
+    from nkihub.kernels import threads
 
     model, x = build()
     with torch.no_grad():

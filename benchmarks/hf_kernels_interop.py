@@ -69,8 +69,8 @@ def publish_library(hub_url: str, work: Path) -> dict[str, str]:
     """Publish every library kernel; returns repo id -> local snapshot directory of v1."""
     from huggingface_hub import snapshot_download
 
-    import kernels
-    from kernels.library import LIBRARY
+    from nkihub import kernels
+    from nkihub.kernels.library import LIBRARY
 
     snapshots = {}
     for repo, module in LIBRARY.items():
@@ -89,7 +89,7 @@ def main() -> int:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="nkihub-interop-"))
     try:
-        from hub_client.server import serve_in_background
+        from nkihub.hub_client.server import serve_in_background
 
         with serve_in_background(work / "hub", trusted_publishers=("neuron",)) as hub:
             snapshots = publish_library(hub.url, work)

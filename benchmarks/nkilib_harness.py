@@ -83,7 +83,7 @@ def run_row(snapshot: str, name: str) -> dict:
 
     snap.prepare(snapshot)
     import nki
-    from nki.arrays import to_numpy
+    from nkihub.nki.arrays import to_numpy
     from nkilib_compat.catalogue.pending import NotLaunchable
     try:
         case = ROWS[name].build(Lib())
@@ -98,7 +98,7 @@ def run_row(snapshot: str, name: str) -> dict:
     launch = kernel[case.lnc] if case.lnc > 1 else kernel
     try:
         if case.ranks is not None:   # ranks trace into one Program and run in one call
-            from nki.multicore import run_ranks
+            from nkihub.nki.multicore import run_ranks
             results = run_ranks(launch, case.ranks, target=case.target)
         else:
             launch.trace(**case.inputs, target=case.target)

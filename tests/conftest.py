@@ -28,7 +28,7 @@ def _fast_engine_crosscheck(request, monkeypatch):
 @pytest.fixture
 def hub(tmp_path):
     """A fresh local Hub server (huggingface_hub-compatible) in a temp directory; ``hub.url``."""
-    from hub_client.server import serve_in_background
+    from nkihub.hub_client.server import serve_in_background
 
     server = serve_in_background(tmp_path / "hub-root")
     yield server

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("simulator", "nki", "kernels", "hub_client", "neuronxcc", "benchmarks")
+PACKAGES = ("nkihub", "benchmarks")
 LIMIT = 800
 
 

@@ -16,7 +16,7 @@ import types
 import numpy as np
 
 import nki.language as nl
-from nki.dtypes import dtype_of
+from nkihub.nki.dtypes import dtype_of
 
 STANDIN_NOTE = "nkihub stand-in for neuron_dtypes (not the Neuron SDK package)"
 
@@ -24,7 +24,7 @@ STANDIN_NOTE = "nkihub stand-in for neuron_dtypes (not the Neuron SDK package)"
 def _pack_x4(a: np.ndarray, name: str) -> np.ndarray:
     """Values rounded to the element format of the packed MX dtype ``name``, four consecutive ones along
     the last axis in one element (element 0 in the lowest bits), as the SDK's x4 arrays hold them."""
-    from simulator.dtypes import PACKED, packed_host_dtype
+    from nkihub.simulator.dtypes import PACKED, packed_host_dtype
     storage, element, bits = PACKED[name]
     if a.shape[-1] % 4:
         raise ValueError(f"static_cast to {name}: the last dim ({a.shape[-1]}) must be a multiple of 4")
@@ -38,7 +38,7 @@ def static_cast(array, dtype):
     """``array`` converted to ``dtype`` (a numpy, ml_dtypes or nki dtype), rounding to nearest even;
     float to integer conversions round and saturate; a packed MX dtype (``float8_e4m3fn_x4``, ...) packs
     four values along the last axis into one element."""
-    from simulator.dtypes import PACKED
+    from nkihub.simulator.dtypes import PACKED
     a = np.asarray(array)
     if str(dtype) in PACKED:
         return _pack_x4(a, str(dtype))

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from nki.compat import coverage
+from nkihub.nki.compat import coverage
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api_coverage.md"
 

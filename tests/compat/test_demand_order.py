@@ -8,11 +8,11 @@ import pytest
 import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
-from nki.errors import KernelRuleError
-from simulator.allocate import allocate
-from simulator.executor import Executor
-from simulator.reorder import demand_order
-from simulator.targets import get_target
+from nkihub.nki.errors import KernelRuleError
+from nkihub.simulator.allocate import allocate
+from nkihub.simulator.executor import Executor
+from nkihub.simulator.reorder import demand_order
+from nkihub.simulator.targets import get_target
 
 
 @nki.jit

@@ -7,9 +7,9 @@ import pytest
 import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
 from neuronxcc.nki.language import par_dim
-from nki.errors import KernelRuleError
-from simulator.costmodel import schedule
-from simulator.targets import get_target
+from nkihub.nki.errors import KernelRuleError
+from nkihub.simulator.costmodel import schedule
+from nkihub.simulator.targets import get_target
 
 ncc = nki.compiler
 

@@ -8,7 +8,7 @@ import pytest
 import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
-from simulator.errors import NotSimulatedError
+from nkihub.simulator.errors import NotSimulatedError
 
 
 @nki.jit

@@ -5,7 +5,7 @@ import pytest
 import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
-from nki.errors import KernelRuleError
+from nkihub.nki.errors import KernelRuleError
 
 
 @nki.jit

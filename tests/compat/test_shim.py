@@ -12,7 +12,7 @@ def test_neuronxcc_imports_resolve_to_compat():
     import neuronxcc.nki.language as nl
     from neuronxcc.nki.typing import tensor
 
-    import nki.compat as compat
+    import nkihub.nki.compat as compat
     assert old_nki.jit is compat.jit and old_nki.simulate_kernel is compat.simulate_kernel
     assert nl is compat.language and nisa is compat.isa
     assert tensor[4, 5] is tensor
@@ -24,7 +24,8 @@ def test_real_neuronxcc_wins(tmp_path):
     (fake / "__init__.py").write_text("REAL = True\n")
     (fake / "nki" / "__init__.py").write_text("REAL_NKI = True\n")
     code = "import neuronxcc.nki as n, neuronxcc; print(getattr(n, 'REAL_NKI', False), neuronxcc.REAL)"
-    # The real package is later on sys.path than nkihub's tree: a regular package still wins.
-    out = subprocess.run([sys.executable, "-c", f"import sys; sys.path.append({str(tmp_path)!r}); {code}"],
+    # The real package sits where an installed distribution would, before nkihub's stand-in directory (which
+    # nkihub-aliases.pth appends after site-packages): it wins by ordinary path order.
+    out = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r}); {code}"],
                          capture_output=True, text=True, cwd=str(ROOT), check=True)
     assert out.stdout.split() == ["True", "True"]

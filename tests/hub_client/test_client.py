@@ -1,13 +1,13 @@
-"""hub_client.client: push a folder as one commit, download and verify, recover from bad transfers."""
+"""nkihub.hub_client.client: push a folder as one commit, download and verify, recover from bad transfers."""
 
 from __future__ import annotations
 
 import pytest
 from huggingface_hub import HfApi
 
-from hub_client import DigestMismatchError, PublishConflictError, RemoteFileCorruptError
-from hub_client.client import download_snapshot, push_folder, set_branch, verify_snapshot
-from hub_client.snapshot import fetch_snapshot
+from nkihub.hub_client import DigestMismatchError, PublishConflictError, RemoteFileCorruptError
+from nkihub.hub_client.client import download_snapshot, push_folder, set_branch, verify_snapshot
+from nkihub.hub_client.snapshot import fetch_snapshot
 
 REPO = "neuron/pushed"
 
@@ -124,7 +124,7 @@ def test_truncated_download_is_resumed_with_range(hub, pushed, tmp_path):
 
 def test_branch_moves_are_one_compare_and_set(hub, pushed, tmp_path):
     """A moved branch is never missing for a reader, and a stale expectation moves nothing."""
-    from hub_client.client import compare_and_set_branch, hf_api
+    from nkihub.hub_client.client import compare_and_set_branch, hf_api
 
     src, first = pushed
     api = hf_api(hub.url, False)

@@ -1,7 +1,7 @@
 import pytest
 
-from hub_client import InvalidNameError
-from hub_client import paths as P
+from nkihub.hub_client import InvalidNameError
+from nkihub.hub_client import paths as P
 
 BAD_REPO_IDS = ["../etc", "a/..", "a/b/c", "/abs", "a\\b", "a/b\x00", "a/" + "x" * 200, "a/.git", ".a/b", "a/b.git"]
 BAD_REVISIONS = ["..", "a/../b", "/main", "main/", "a\\b", "ma\x00in", "x" * 300, "a//b", "v1.lock"]

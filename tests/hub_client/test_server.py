@@ -17,8 +17,8 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.file_download import get_hf_file_metadata, hf_hub_url
 
-from hub_client.digest import git_blob_oid
-from hub_client.server import serve_in_background
+from nkihub.hub_client.digest import git_blob_oid
+from nkihub.hub_client.server import serve_in_background
 
 REPO = "neuron/demo"
 
@@ -304,7 +304,7 @@ def test_interrupted_commit_leaves_no_partial_commit(hub):
 
 
 def test_interrupted_lfs_upload_stores_nothing(hub):
-    from hub_client.server.views import lfs_signature
+    from nkihub.hub_client.server.views import lfs_signature
 
     make_repo(hub, {"a.txt": b"1"})
     import hashlib

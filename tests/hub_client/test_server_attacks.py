@@ -11,7 +11,7 @@ import pytest
 from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
 from huggingface_hub.errors import HfHubHTTPError
 
-from hub_client.server import serve_in_background
+from nkihub.hub_client.server import serve_in_background
 
 from .test_server import raw
 
@@ -92,7 +92,7 @@ def test_rotten_stored_file_is_a_5xx_naming_it_never_a_short_body(hub, repo, tmp
         blob.write_bytes(OPS.replace(b"return 1", b"return 2"))
     else:
         blob.unlink()
-    with caplog.at_level(logging.ERROR, logger="hub_client.server"):
+    with caplog.at_level(logging.ERROR, logger="nkihub.hub_client.server"):
         code, headers, body = raw(hub, "GET", "/kernels/neuron/demo/resolve/main/pkg/ops.py")
     assert 500 <= code < 600
     assert "pkg/ops.py" in json.loads(body)["error"]
@@ -103,7 +103,7 @@ def test_rotten_stored_file_is_a_5xx_naming_it_never_a_short_body(hub, repo, tmp
 
 
 def test_rotten_file_reaches_the_kernels_user_as_an_error_naming_it(hub, repo, tmp_path):
-    from hub_client.client import download_snapshot
+    from nkihub.hub_client.client import download_snapshot
 
     stored_blob(hub, OPS).write_bytes(OPS[:10])
     with pytest.raises(Exception) as e:

@@ -8,7 +8,7 @@ from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
 from huggingface_hub.errors import HfHubHTTPError, RevisionNotFoundError
 from huggingface_hub.hf_api import RepoFile
 
-from hub_client.server import serve_in_background
+from nkihub.hub_client.server import serve_in_background
 
 REPO = "neuron/demo"
 

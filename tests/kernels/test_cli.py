@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.cli.main import main
+from nkihub.cli import main
 
 REPO = "neuron/toy-kernel"
 
@@ -40,7 +40,7 @@ def test_verify_fails_on_a_bad_digest(kernels_env, make_kernel, capsys):
 def test_errors_are_one_line_with_a_debug_hint(kernels_env, capsys, monkeypatch):
     assert main(["versions", "neuron/nope"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[0].startswith("kernels versions: error:") and "NKIHUB_DEBUG=1" in err[1] and len(err) == 2
+    assert err[0].startswith("nkihub versions: error:") and "NKIHUB_DEBUG=1" in err[1] and len(err) == 2
     assert main(["publish", "/nonexistent/dir"]) == 1
     assert "has no kernel.json" in capsys.readouterr().err
     monkeypatch.setenv("NKIHUB_DEBUG", "1")
@@ -77,7 +77,7 @@ def test_serve_runs_a_hub_that_huggingface_hub_can_use(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "kernels.cli.main", "serve", "--root", str(tmp_path / "root"),
+    proc = subprocess.Popen([sys.executable, "-m", "nkihub.cli", "serve", "--root", str(tmp_path / "root"),
                              "--port", str(port), "--token", "t0k"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         api = HfApi(endpoint=f"http://127.0.0.1:{port}", token="t0k")

@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from kernels import device
+from nkihub.kernels import device
 
 
 @pytest.fixture(autouse=True)
@@ -108,7 +108,7 @@ def test_broken_install_is_a_reason_not_a_crash(monkeypatch):
 def test_detection_is_lazy():
     import subprocess
 
-    code = ("import sys, kernels.device as d; assert 'torch' not in sys.modules; "
+    code = ("import sys; import nkihub.kernels.device as d; assert 'torch' not in sys.modules; "
             "assert d._status is None; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr

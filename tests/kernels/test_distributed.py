@@ -11,8 +11,8 @@ import torch
 import torch.multiprocessing as mp
 
 # (module, op, extra args after q, k, v): vit-attn when the library has it, flash-attn always
-CANDIDATES = [("kernels.library.vit_attn", "vit_attention", (0.125,)),
-              ("kernels.library.flash_attn", "flash_attention_with_lse", (False, 0.125))]
+CANDIDATES = [("nkihub.kernels.library.vit_attn", "vit_attention", (0.125,)),
+              ("nkihub.kernels.library.flash_attn", "flash_attention_with_lse", (False, 0.125))]
 
 
 def _free_port() -> int:
@@ -25,7 +25,7 @@ def _worker(rank: int, world: int, port: int, module: str, op: str, extra: tuple
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor, Shard, distribute_tensor, init_device_mesh
 
-    from kernels.distributed import register_attention_sharding
+    from nkihub.kernels.distributed import register_attention_sharding
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -70,7 +70,7 @@ def test_sharded_attention_matches_unsharded(module, op, extra, placement):
 def test_sequence_dim_is_not_sharded():
     from torch.distributed.tensor import Shard
 
-    from kernels.distributed import _rule
+    from nkihub.kernels.distributed import _rule
 
     strategies = _rule(3, 1)(None, None, None, 0.1)
     assert all(Shard(2) not in outs + ins and Shard(3) not in outs + ins for outs, ins in strategies)

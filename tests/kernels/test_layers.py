@@ -11,12 +11,12 @@ from torch import nn
 
 transformers = pytest.importorskip("transformers")
 
-from kernels import device  # noqa: E402
-from kernels.layers import (  # noqa: E402
+from nkihub.kernels import device  # noqa: E402
+from nkihub.kernels.layers import (  # noqa: E402
     LibraryLayerRepository, Mode, _KERNEL_MAPPING, kernelize, register_kernel_mapping,
     use_kernel_forward_from_hub, use_kernel_mapping)
-from kernels.library import LIBRARY  # noqa: E402
-from kernels.torch_ops import count_calls, library_of  # noqa: E402
+from nkihub.kernels.library import LIBRARY  # noqa: E402
+from nkihub.kernels.torch_ops import count_calls, library_of  # noqa: E402
 
 
 def _available(repo_id: str) -> bool:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.publish import publish
+from nkihub.kernels.publish import publish
 
 REPO = "neuron/toy-kernel"
 MARK = "PWNED"
@@ -28,7 +28,7 @@ MARK = "PWNED"
 def load_in_subprocess(*, offline: bool = False, version: int = 1, expect_ok: bool = True) -> subprocess.CompletedProcess:
     """Run ``kernels.get(REPO).scale(ones(1))`` in a new interpreter with the test's environment."""
     script = textwrap.dedent(f"""
-        import torch, kernels
+        import torch; from nkihub import kernels
         m = kernels.get({REPO!r}, version={version})
         print("RESULT", m.scale(torch.ones(1)).item())
     """)
@@ -118,13 +118,13 @@ def test_planted_bytecode_never_runs(loaded_once):
 
 
 def test_planted_bytecode_in_a_local_kernel_never_runs(make_kernel, tmp_path, monkeypatch):
-    from kernels.publish import build_repo
+    from nkihub.kernels.publish import build_repo
 
     monkeypatch.setenv("KERNELS_CACHE", str(tmp_path))
     out = tmp_path / "repo"
     build_repo(make_kernel("1.0.0", 2.0), out, REPO)
     plant_bytecode(out / "build" / "torch-cpu" / "toy_kernel", "ops")
-    script = f"import torch, kernels; print('RESULT', kernels.get_local_kernel({str(out)!r}).scale(torch.ones(1)).item())"
+    script = f"import torch; from nkihub import kernels; print('RESULT', kernels.get_local_kernel({str(out)!r}).scale(torch.ones(1)).item())"
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "RESULT 2.0" in r.stdout and not (tmp_path / MARK).exists()
@@ -134,7 +134,7 @@ def test_module_swapped_after_the_check_is_not_imported(kernels_env, make_kernel
     """A submodule imported lazily, after the load returned, still runs the verified bytes."""
     import torch
 
-    import kernels
+    from nkihub import kernels
 
     pkg = make_kernel("1.0.0", 2.0)
     (pkg / "lazy.py").write_text("VALUE = 'verified'\n")
@@ -152,7 +152,7 @@ def test_module_swapped_after_the_check_is_not_imported(kernels_env, make_kernel
 
 
 def test_unlisted_module_planted_in_the_cache_cannot_be_imported(kernels_env, make_kernel):
-    import kernels
+    from nkihub import kernels
 
     pkg = make_kernel("1.0.0", 2.0)
     (pkg / "__init__.py").write_text((pkg / "__init__.py").read_text() + textwrap.dedent("""

@@ -14,12 +14,12 @@ import torch
 from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import RepositoryNotFoundError
 
-import kernels
-from hub_client import RemoteFileCorruptError
-from kernels.loading import KernelDigestError, verify_variant
-from kernels.publish import publish
-from kernels.trust import UntrustedKernelError
-from kernels.variants import NoCompatibleVariantError, select_variant
+from nkihub import kernels
+from nkihub.hub_client import RemoteFileCorruptError
+from nkihub.kernels.loading import KernelDigestError, verify_variant
+from nkihub.kernels.publish import publish
+from nkihub.kernels.trust import UntrustedKernelError
+from nkihub.kernels.variants import NoCompatibleVariantError, select_variant
 
 REPO = "neuron/toy-kernel"
 
@@ -93,7 +93,7 @@ def test_no_compatible_variant_explains_each_rejection(kernels_env):
 
 
 def test_variant_order_prefers_neuron_when_available(monkeypatch):
-    import kernels.variants as V
+    import nkihub.kernels.variants as V
 
     monkeypatch.setattr(V, "neuron_available", lambda: True)
     assert select_variant(["torch-cpu", "torch-neuron"]).chosen == "torch-neuron"
@@ -151,7 +151,7 @@ def test_kernels_cache_moves_the_cache(kernels_env, make_kernel, tmp_path, monke
 
 
 def test_local_kernels_override(kernels_env, make_kernel, tmp_path, monkeypatch):
-    from kernels.publish import build_repo
+    from nkihub.kernels.publish import build_repo
 
     out = tmp_path / "local-repo"
     build_repo(make_kernel("1.0.0", 7.0), out, REPO)
@@ -173,7 +173,7 @@ def test_get_local_kernel_on_a_snapshot(kernels_env, make_kernel):
 def test_concurrent_loads_in_processes(kernels_env, make_kernel, tmp_path):
     publish(make_kernel("1.0.0", 6.0), REPO)
     script = textwrap.dedent(f"""
-        import torch, kernels
+        import torch; from nkihub import kernels
         m = kernels.get({REPO!r}, version=1)
         print(m.scale(torch.ones(1)).item())
     """)
@@ -188,6 +188,7 @@ def test_concurrent_loads_in_processes(kernels_env, make_kernel, tmp_path):
 
 
 def test_import_does_not_load_heavy_packages():
-    code = "import sys, kernels; print(sorted(m for m in ('torch','nki','simulator','huggingface_hub') if m in sys.modules))"
+    code = ("import sys; from nkihub import kernels; "
+            "print(sorted(m for m in ('torch','nki','nkihub.nki','nkihub.simulator','huggingface_hub') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out.replace("'", '"')) == []

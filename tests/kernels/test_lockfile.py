@@ -1,4 +1,4 @@
-"""kernels lock / download / locked loads, in the Hugging Face kernels 0.17 lock format."""
+"""nkihub lock / download / locked loads, in the Hugging Face kernels 0.17 lock format."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-import kernels
-from kernels.lockfile import download_locked, lock_kernels, read_lockfile
-from kernels.publish import publish
+from nkihub import kernels
+from nkihub.kernels.lockfile import download_locked, lock_kernels, read_lockfile
+from nkihub.kernels.publish import publish
 
 REPO = "neuron/toy-kernel"
 
@@ -37,7 +37,7 @@ def test_lock_writes_hf_format_and_pins_the_commit(kernels_env, make_kernel, pro
 def test_download_then_load_offline(kernels_env, make_kernel, project, monkeypatch):
     publish(make_kernel("1.0.0", 2.0), REPO)
     lock_kernels(project)
-    with pytest.raises(FileNotFoundError, match="kernels download"):
+    with pytest.raises(FileNotFoundError, match="nkihub download"):
         kernels.load_kernel(REPO, lockfile=project / "kernels.lock")
     paths = download_locked(project)
     assert paths[0].name == "torch-cpu"

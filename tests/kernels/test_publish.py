@@ -1,4 +1,4 @@
-"""kernels.publish: the Hugging Face kernel-repo layout, one commit, tags, no-op republish."""
+"""nkihub.kernels.publish: the Hugging Face kernel-repo layout, one commit, tags, no-op republish."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import threading
 import pytest
 from huggingface_hub import HfApi
 
-from hub_client import PublishConflictError
-from kernels.publish import PublishError, build_repo, publish, read_kernel_spec
+from nkihub.hub_client import PublishConflictError
+from nkihub.kernels.publish import PublishError, build_repo, publish, read_kernel_spec
 
 REPO = "neuron/toy-kernel"
 
@@ -70,8 +70,8 @@ def test_major_versions_get_their_branches(kernels_env, make_kernel):
 
 
 def test_concurrent_publishers_one_wins_none_corrupts(kernels_env, make_kernel, tmp_path):
-    from hub_client.client import download_snapshot
-    from kernels.loading import verify_variant
+    from nkihub.hub_client.client import download_snapshot
+    from nkihub.kernels.loading import verify_variant
 
     packages = [make_kernel(f"1.0.{i}", factor=float(i + 2)) for i in range(4)]
     outcomes = []

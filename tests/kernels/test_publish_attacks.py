@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from huggingface_hub import HfApi
 
-from hub_client import PublishConflictError
-from kernels.publish import PublishError, publish
+from nkihub.hub_client import PublishConflictError
+from nkihub.kernels.publish import PublishError, publish
 
 REPO = "neuron/toy-kernel"
 
@@ -141,8 +141,8 @@ def test_tag_refused_by_the_hub_rolls_back_the_commit_and_branches(kernels_env, 
 
 RACER = textwrap.dedent("""
     import sys, time, pathlib
-    from hub_client import PublishConflictError
-    from kernels.publish import publish
+    from nkihub.hub_client import PublishConflictError
+    from nkihub.kernels.publish import publish
     go = pathlib.Path(sys.argv[2])
     go.with_name(f"ready-{{sys.argv[3]}}").write_text("ready")
     while not go.exists():

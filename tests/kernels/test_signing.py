@@ -14,17 +14,17 @@ import pytest
 import torch
 from huggingface_hub import CommitOperationAdd, HfApi
 
-import kernels
-from kernels.cli.main import main as cli
-from kernels.publish import publish
-from kernels.signing import KernelSignatureError
+from nkihub import kernels
+from nkihub.cli import main as cli
+from nkihub.kernels.publish import publish
+from nkihub.kernels.signing import KernelSignatureError
 
 REPO = "neuron/toy-kernel"
 
 
 @pytest.fixture
 def keys(tmp_path):
-    """Two key pairs made by ``kernels keygen``: the publisher's and an attacker's."""
+    """Two key pairs made by ``nkihub keygen``: the publisher's and an attacker's."""
     out = {}
     for who in ("publisher", "attacker"):
         assert cli(["keygen", "--out", str(tmp_path / f"{who}.key")]) == 0
@@ -51,7 +51,7 @@ def test_keygen_writes_a_private_key_only_its_owner_reads(keys):
 def test_signed_kernel_loads_under_require_signature(signed, keys):
     mod = kernels.get(REPO, version=1)
     assert mod.scale(torch.ones(1)).item() == 2.0
-    from hub_client.signing import key_id
+    from nkihub.hub_client.signing import key_id
 
     assert f"signed by {key_id(keys['publisher'][1])}" in mod.__kernel_info__.trust
 
@@ -81,7 +81,7 @@ def compromise_hub(hub, variant="torch-cpu"):
 
 
 def test_compromised_hub_with_matching_metadata_is_refused(signed, keys):
-    from hub_client.signing import key_id
+    from nkihub.hub_client.signing import key_id
 
     compromise_hub(signed)
     with pytest.raises(KernelSignatureError) as e:
@@ -98,7 +98,7 @@ def test_compromised_hub_is_refused_even_without_require_when_the_org_has_keys(s
 
 
 def test_resigned_by_an_untrusted_key_is_refused_naming_the_key(kernels_env, make_kernel, keys, monkeypatch):
-    from hub_client.signing import key_id
+    from nkihub.hub_client.signing import key_id
 
     attacker_key, attacker_pub = keys["attacker"]
     publish(make_kernel("1.0.0"), REPO, sign=attacker_key)

@@ -11,9 +11,9 @@ import nki.language as nl
 import pytest
 import torch
 
-from kernels import device, threads
-from kernels.library import LIBRARY
-from kernels.torch_ops import OpLibrary, count_calls, launch, library_of, opcheck
+from nkihub.kernels import device, threads
+from nkihub.kernels.library import LIBRARY
+from nkihub.kernels.torch_ops import OpLibrary, count_calls, launch, library_of, opcheck
 
 DTYPES = [torch.float32, torch.bfloat16]
 
@@ -74,7 +74,7 @@ def test_call_counts_see_real_calls_not_fake_ones():
 def test_blas_pinned_while_the_op_simulates_and_restored(monkeypatch):
     """Inside an op the simulator keeps numpy's BLAS on NKIHUB_SIM_THREADS threads while its Program
     runs (simulator.executor.blas_pinned); torch's pool and BLAS are as before once the op returns."""
-    from simulator import executor
+    from nkihub.simulator import executor
 
     seen = []
     real = executor.blas_pinned
@@ -227,9 +227,9 @@ def test_library_op_opcheck(lib, name, make, dtype):
 
 def _flash():
     try:
-        return importlib.import_module("kernels.library.flash_attn")
+        return importlib.import_module("nkihub.kernels.library.flash_attn")
     except ImportError:
-        pytest.skip("kernels.library.flash_attn is not there")
+        pytest.skip("nkihub.kernels.library.flash_attn is not there")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

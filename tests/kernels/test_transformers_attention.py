@@ -9,14 +9,14 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from kernels.torch_ops import count_calls  # noqa: E402
-from kernels.transformers_attention import make_transformers_attention  # noqa: E402
+from nkihub.kernels.torch_ops import count_calls  # noqa: E402
+from nkihub.kernels.transformers_attention import make_transformers_attention  # noqa: E402
 
 CFG = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256, image_size=32,
            patch_size=8)
 # registered names must not contain "flash": transformers then looks for a flash-attention package
-KERNELS = [("neuron-vit-attn", "kernels.library.vit_attn", "vit_attention"),
-           ("neuron-fa", "kernels.library.flash_attn", "flash_attention_with_lse")]
+KERNELS = [("neuron-vit-attn", "nkihub.kernels.library.vit_attn", "vit_attention"),
+           ("neuron-fa", "nkihub.kernels.library.flash_attn", "flash_attention_with_lse")]
 
 
 def _kernel(path):

@@ -1,4 +1,4 @@
-"""Tuned configs of kernel packages: `kernels tune` writes tuned.json from the sweeps kernel.json
+"""Tuned configs of kernel packages: `nkihub tune-package` writes tuned.json from the sweeps kernel.json
 declares, launches apply it for the exact shapes and target, the published package carries it (as data,
 with the standalone kernels.tuned vendored) and its card shows it."""
 from __future__ import annotations
@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from kernels import tuned
-from kernels.cli.main import main
-from kernels.library import LIBRARY
-from kernels.publish import build_repo
-from kernels.tuning import parse_arg, tuning_spec
-from kernels.vendor import ROOT
+from nkihub.kernels import tuned
+from nkihub.cli import main
+from nkihub.kernels.library import LIBRARY
+from nkihub.kernels.publish import build_repo
+from nkihub.kernels.tuning import parse_arg, tuning_spec
+from nkihub.kernels.vendor import ROOT
 
-MATMUL = ROOT / "kernels" / "library" / "matmul"
+MATMUL = ROOT / "nkihub" / "kernels" / "library" / "matmul"
 SMALL = {"kernel": "matmul_kernel", "space": {"k_group": [1, 4], "m_tiles": [1, 4]},
          "cases": [{"args": ["256x512:bfloat16", "512x1024:bfloat16"], "check": ["256x512:bfloat16", "512x1024:bfloat16"]}]}
 
@@ -39,7 +39,7 @@ def small_matmul(tmp_path, monkeypatch):
 
 def test_kernels_tune_then_publish_carries_the_tuned_config_to_users(small_matmul, kernels_env, tmp_path, capsys,
                                                                      monkeypatch):
-    assert main(["tune", str(small_matmul), "--workers", "1"]) == 0
+    assert main(["tune-package", str(small_matmul), "--workers", "1"]) == 0
     out = capsys.readouterr().out
     assert "matmul_kernel trn1" in out and "matmul_kernel trn2" in out and "estimate" in out
     data = json.loads((small_matmul / "tuned.json").read_text())
@@ -59,8 +59,8 @@ def test_kernels_tune_then_publish_carries_the_tuned_config_to_users(small_matmu
 
     # a user of the published package (kernels.get from the Hub) gets the tuned config of their target
     # without tuning
-    import kernels
-    from kernels.publish import publish
+    from nkihub import kernels
+    from nkihub.kernels.publish import publish
     publish(small_matmul, "neuron/matmul")
     pkg = kernels.get("neuron/matmul", version=1)
     assert pkg.__kernel_info__.variant == "torch-cpu"
@@ -81,9 +81,9 @@ def test_kernels_tune_then_publish_carries_the_tuned_config_to_users(small_matmu
 
 
 def test_recheck_flags_tuned_entries_that_cost_rules_made_stale(small_matmul, capsys):
-    """`kernels tune --recheck` re-estimates tuned.json without a sweep: figures that moved or a tuned
+    """`nkihub tune-package --recheck` re-estimates tuned.json without a sweep: figures that moved or a tuned
     config now slower than its default exit 1 with the way to regenerate."""
-    from kernels.tuning import dumps, recheck
+    from nkihub.kernels.tuning import dumps, recheck
     tensors = [[[256, 512], "bfloat16"], [[512, 1024], "bfloat16"]]
 
     def write(config, default, stored, stored_default):
@@ -99,17 +99,17 @@ def test_recheck_flags_tuned_entries_that_cost_rules_made_stale(small_matmul, ca
         write(a, b, 1.0, 1.0)
         [row] = recheck(small_matmul)
     assert row["tuned_us"] and row["default_us"] and row["tuned_us"] != row["default_us"]
-    assert main(["tune", "--recheck", str(small_matmul)]) == 1
+    assert main(["tune-package", "--recheck", str(small_matmul)]) == 1
     assert "estimates moved since the sweep" in capsys.readouterr().out
     fast, slow = (a, b) if row["tuned_us"] < row["default_us"] else (b, a)
     us = {str(a): row["tuned_us"], str(b): row["default_us"]}
     write(fast, slow, us[str(fast)], us[str(slow)])
-    assert main(["tune", "--recheck", str(small_matmul)]) == 0
+    assert main(["tune-package", "--recheck", str(small_matmul)]) == 0
     assert "| ok |" in capsys.readouterr().out
     write(slow, fast, us[str(slow)], us[str(fast)])
-    assert main(["tune", "--recheck", str(small_matmul)]) == 1
+    assert main(["tune-package", "--recheck", str(small_matmul)]) == 1
     out = capsys.readouterr().out
-    assert "tuned config now slower than the default" in out and "kernels tune PATH" in out
+    assert "tuned config now slower than the default" in out and "nkihub tune-package PATH" in out
 
 
 def test_configure_replaces_positional_and_keyword_values_and_skips_unknown_names(tmp_path, monkeypatch):
@@ -148,10 +148,10 @@ def test_library_tuning_specs_name_real_kernel_parameters(repo):
 def test_library_tuned_configs_still_compile_and_beat_their_defaults(repo, tmp_path, monkeypatch):
     """A tuned.json older than a kernel or cost-rule change must not break a launch nor slow it: every
     entry's config traces, validates and allocates at its shapes on its target, and its estimate is at
-    most its default's (within STALE, the move `kernels tune --recheck` reports). When this fails,
-    regenerate with `kernels tune kernels/library/NAME`."""
-    from kernels.cli.tune import STALE
-    from kernels.tuning import recheck
+    most its default's (within STALE, the move `nkihub tune-package --recheck` reports). When this fails,
+    regenerate with `nkihub tune-package nkihub/kernels/library/NAME`."""
+    from nkihub.kernels.cli.tune import STALE
+    from nkihub.kernels.tuning import recheck
     monkeypatch.setenv("NKI_CACHE_DIR", str(tmp_path / "cache"))
     pkg = ROOT.joinpath(*LIBRARY[repo].split("."))
     if not (pkg / "tuned.json").is_file():

@@ -1,4 +1,4 @@
-"""Published kernels stand alone: kernels publish carries the nkihub modules a package imports into it,
+"""Published kernels stand alone: nkihub publish carries the nkihub modules a package imports into it,
 refuses anything else by name, and the result runs where nkihub's `kernels` package does not exist."""
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from kernels.library import LIBRARY
-from kernels.publish import PublishError, build_repo
-from kernels.vendor import ROOT, VendorError, check_standalone, python_depends, vendor_package
+from nkihub.kernels.library import LIBRARY
+from nkihub.kernels.publish import PublishError, build_repo
+from nkihub.kernels.vendor import ROOT, VendorError, check_standalone, python_depends, vendor_package
 
 LIBRARY_DIRS = {repo: ROOT.joinpath(*module.split(".")) for repo, module in LIBRARY.items()}
 
@@ -43,8 +43,8 @@ def test_every_library_kernel_builds_a_standalone_package(repo, tmp_path):
 def test_vit_attn_carries_the_flash_attention_backward(tmp_path):
     build_repo(LIBRARY_DIRS["neuron/vit-attn"], tmp_path, "neuron/vit-attn")
     vendored = json.loads((tmp_path / "build/torch-cpu/metadata.json").read_text())["nkihub"]["vendored"]
-    assert vendored["kernels.library.flash_attn.nki_backward"] == "_flash_attn_nki_backward.py"
-    assert "kernels.library.flash_attn" not in vendored  # not flash-attn's own ops
+    assert vendored["nkihub.kernels.library.flash_attn.nki_backward"] == "_flash_attn_nki_backward.py"
+    assert "nkihub.kernels.library.flash_attn" not in vendored  # not flash-attn's own ops
     own = (tmp_path / "build/torch-cpu/vit_attn/_flash_attn_nki_kernels.py").read_text()
     assert "from .nki_kernels import Ring" in own  # vit-attn's own module, not a second copy
 
@@ -59,11 +59,11 @@ def _package(tmp_path, body: str, name="bad_kernel") -> Path:
 
 
 @pytest.mark.parametrize("body, named", [
-    ("from simulator.executor import run_program\n", "simulator.executor"),
+    ("from nkihub.simulator.executor import run_program\n", "nkihub.simulator.executor"),
     ("def f():\n    import scipy\n", "scipy"),
     ("from nki.jit import JitKernel\n", "nki.jit"),
-    ("import kernels.torch_ops\n", "kernels.torch_ops"),
-    ("from kernels.loading import get\n", "hub_client"),
+    ("import nkihub.kernels.torch_ops\n", "nkihub.kernels.torch_ops"),
+    ("from nkihub.kernels.loading import get\n", "nkihub.hub_client"),
 ])
 def test_publish_refuses_an_import_outside_the_rules_and_names_it(tmp_path, body, named):
     pkg = _package(tmp_path, body)
@@ -89,13 +89,13 @@ def test_check_standalone_catches_relative_imports_out_of_the_package(tmp_path):
 
 def test_a_third_party_package_gets_the_helpers_it_imports(tmp_path):
     pkg = _package(tmp_path, """\
-        from kernels.library import common
-        from kernels.torch_ops import OpLibrary
+        from nkihub.kernels.library import common
+        from nkihub.kernels.torch_ops import OpLibrary
 
         _lib = OpLibrary("bad_kernel", "1.0.0", __file__)
         """)
     carried = vendor_package(pkg, tmp_path / "out" / "bad_kernel", "bad_kernel")
-    assert set(carried.vendored) == {"kernels.library.common", "kernels.torch_ops", "kernels.device", "kernels.tuned"}
+    assert set(carried.vendored) == {"nkihub.kernels.library.common", "nkihub.kernels.torch_ops", "nkihub.kernels.device", "nkihub.kernels.tuned"}
     assert carried.requires == {"torch", "nki"}  # common's kernel launcher reaches nki lazily
     assert "from . import _common as common" in (tmp_path / "out/bad_kernel/__init__.py").read_text()
 
@@ -107,18 +107,18 @@ def test_python_depends_is_what_hugging_face_knows_per_backend():
 
 def test_published_packages_run_without_nkihub_kernels(tmp_path):
     """The torch-cpu packages of matmul and vit-attn (with its carried flash backward) import and compute,
-    forward and backward, in a process where only `nki` and `simulator` are importable from nkihub."""
+    forward and backward, in a process where only `nki` (nkihub.nki) and nkihub.simulator are importable from nkihub."""
     for repo in ("neuron/matmul", "neuron/vit-attn"):
         build_repo(LIBRARY_DIRS[repo], tmp_path / repo.split("/")[1], repo)
     site = tmp_path / "site"
-    site.mkdir()
-    for name in ("nki", "simulator"):
-        (site / name).symlink_to(ROOT / name)
+    (site / "nkihub").mkdir(parents=True)
+    for name in ("__init__.py", "aliases.py", "nki", "simulator", "_toplevel"):
+        (site / "nkihub" / name).symlink_to(ROOT / "nkihub" / name)
     script = textwrap.dedent("""
         import importlib.util, sys
         from pathlib import Path
         import torch
-        assert importlib.util.find_spec("kernels") is None and importlib.util.find_spec("hub_client") is None
+        assert importlib.util.find_spec("nkihub.kernels") is None and importlib.util.find_spec("nkihub.hub_client") is None
 
         def load(path, name):
             spec = importlib.util.spec_from_file_location(name, Path(path) / "__init__.py")
@@ -143,8 +143,9 @@ def test_published_packages_run_without_nkihub_kernels(tmp_path):
         print("standalone ok")
         """)
     # -S: no site processing, so nkihub's editable install (a .pth line naming the repo) is not on the path;
-    # torch and numpy come from this venv's site-packages, nki and simulator from the symlinks
-    paths = [str(site), sysconfig.get_paths()["purelib"]]
+    # torch and numpy come from this venv's site-packages, nkihub's nki and simulator from the symlinks (the
+    # stand-in `nki` package on the path as nkihub-aliases.pth puts it)
+    paths = [str(site), sysconfig.get_paths()["purelib"], str(site / "nkihub" / "_toplevel")]
     args = [str(tmp_path / "matmul/build/torch-cpu/matmul"), str(tmp_path / "vit-attn/build/torch-cpu/vit_attn")]
     boot = (f"import sys; sys.path[:0] = {paths!r}; sys.argv[1:] = {args!r}; "
             f"exec(compile({script!r}, 'standalone', 'exec'))")

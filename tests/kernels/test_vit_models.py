@@ -5,10 +5,10 @@ the published head dim (widths scaled with the heads) to keep the simulator's ti
 import pytest
 import torch
 
-from kernels import Mode, kernelize
-from kernels.torch_ops import count_calls
-from kernels.vit_models import MODELS, build
-from kernels.vit_parts import FAMILIES, seq_len
+from nkihub.kernels import Mode, kernelize
+from nkihub.kernels.torch_ops import count_calls
+from nkihub.kernels.vit_models import MODELS, build
+from nkihub.kernels.vit_parts import FAMILIES, seq_len
 
 FAMILY_NAMES = sorted(MODELS)
 
@@ -74,7 +74,7 @@ def test_training_runs_flash_attention_backward(family):
 def test_attention_interface_route(family):
     import transformers
 
-    from kernels.library import vit_attn
+    from nkihub.kernels.library import vit_attn
 
     transformers.AttentionInterface.register("neuron-vit-attn", vit_attn.transformers_attention)
     model = _model(family, seed=5, heads=2)

@@ -1,4 +1,4 @@
-"""A kernel with tuning parameters for the autotuner's tests (imported by file, as ``nki tune`` does):
+"""A kernel with tuning parameters for the autotuner's tests (imported by file, as ``nkihub tune`` does):
 ``tile`` rows per load (over 128 breaks the partition rule), ``skip`` skips the multiply (faster, and
 wrong), ``unroll`` changes nothing (a large space for the TPE search)."""
 import nki

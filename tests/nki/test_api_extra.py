@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from simulator.errors import KernelRuleError
+from nkihub.simulator.errors import KernelRuleError
 
 SETTINGS = settings(max_examples=8, deadline=None)
 shapes = st.tuples(st.sampled_from([1, 4, 32]), st.sampled_from([8, 16, 40]))

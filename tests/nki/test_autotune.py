@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import nki
-from nki.autotune.candidate import INVALID, OK, WRONG
+from nkihub.nki.autotune.candidate import INVALID, OK, WRONG
 
 HERE = Path(__file__).parent
 
@@ -186,7 +186,7 @@ def test_spmd_grid_launch_is_tuned_per_grid(tmp_path):
                 nl.store(out[rows, :], nl.multiply(nl.load(x[rows, :]), 2.0))
             return out
     '''))
-    from nki.cli.common import load_object
+    from nkihub.nki.cli.common import load_object
     kernel = load_object(f"{src}:halves")
     tuned = nki.autotune(space={"tile": [64, 128]}, key=["x"], check=lambda x: x * 2, workers=2)(kernel)
     np.testing.assert_allclose(tuned[2](X), X * 2)

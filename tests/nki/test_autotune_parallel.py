@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import nki
-from nki.cli.common import load_object
+from nkihub.nki.cli.common import load_object
 
 KERNEL = Path(__file__).parent / "autotune_kernel.py"
 X = np.random.default_rng(1).standard_normal((512, 256)).astype(np.float32)
@@ -43,7 +43,7 @@ def test_local_worker_processes_give_the_same_report_as_one_process():
 def ray_cluster():
     """A Ray head on loopback (2 CPUs), stopped at the end by its own pid."""
     pytest.importorskip("ray")
-    from nki.autotune.localray import local_cluster
+    from nkihub.nki.autotune.localray import local_cluster
     with local_cluster(num_cpus=2) as address:
         yield address
 

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from nki.cli.main import main
+from nkihub.cli import main
 
 KERNEL = textwrap.dedent('''
     import numpy as np
@@ -70,7 +70,7 @@ def test_errors_are_one_line_with_a_debug_hint(kfile, capsys):
     rc = main(["compile", f"{kfile}:add", "--shape", "128x256", "--shape", "64x256"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 2
-    assert err[0].startswith("nki compile: error:") and "kern.py:" in err[0] and "shape-mismatch" in err[0]
+    assert err[0].startswith("nkihub compile: error:") and "kern.py:" in err[0] and "shape-mismatch" in err[0]
     assert "NKIHUB_DEBUG=1" in err[1]
     assert main(["profile", f"{kfile}:nope", "--shape", "128x8"]) == 1
     assert "no 'nope'" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""``nki tune``: the table, the plot and the JSON report; clear errors for a bad --space."""
+"""``nkihub tune``: the table, the plot and the JSON report; clear errors for a bad --space."""
 from __future__ import annotations
 
 import json
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from nki.cli.main import main
-from nki.cli.tune import parse_space
+from nkihub.cli import main
+from nkihub.nki.cli.tune import parse_space
 
 KERNEL = Path(__file__).parent / "autotune_kernel.py"
 

@@ -11,8 +11,8 @@ import nki
 import nki.collectives as ncc
 import nki.isa as nisa
 import nki.language as nl
-from nki.errors import KernelRuleError
-from nki.multicore import run_ranks
+from nkihub.nki.errors import KernelRuleError
+from nkihub.nki.multicore import run_ranks
 
 ALL4 = ncc.ReplicaGroup([[0, 1, 2, 3]])
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import nki
-from simulator.program import Program
+from nkihub.simulator.program import Program
 
 KERNEL = textwrap.dedent('''
     import nki
@@ -81,7 +81,7 @@ def test_second_compile_loads_from_disk_without_tracing(tmp_path, cache, monkeyp
     first = nki.compile(mod.scale, x, target="trn2")
     files = list(cache.glob("*.json"))
     assert len(files) == 1
-    from nki.jit import JitKernel
+    from nkihub.nki.jit import JitKernel
 
     def no_trace(*a, **k):
         raise AssertionError("traced although the artifact was cached")
@@ -99,7 +99,7 @@ def test_a_second_process_compiles_nothing(tmp_path, cache):
     script = textwrap.dedent(f'''
         import sys, numpy as np
         sys.path.insert(0, {str(tmp_path)!r})
-        from nki.jit import JitKernel
+        from nkihub.nki.jit import JitKernel
         import kmod_d
         if sys.argv[1] == "second":
             def boom(*a, **k):
@@ -118,9 +118,9 @@ def test_a_second_process_compiles_nothing(tmp_path, cache):
 
 
 def test_cache_key_depends_on_source_shapes_and_target(tmp_path, cache):
-    from nki.compile import cache_key
-    from nki.jit import _signature_key
-    from simulator.targets import get_target
+    from nkihub.nki.compile import cache_key
+    from nkihub.nki.jit import _signature_key
+    from nkihub.simulator.targets import get_target
     mod, path = _load(tmp_path, "kmod_e")
     sig = lambda shape: _signature_key(mod.scale._bind((np.zeros(shape, np.float32),), {}))
     k1 = cache_key(mod.scale, sig((128, 8)), get_target("trn2"))
@@ -136,7 +136,7 @@ def test_cache_can_be_disabled(tmp_path, monkeypatch):
     mod, _ = _load(tmp_path, "kmod_f")
     nki.compile(mod.scale, np.zeros((128, 8), np.float32))
     assert not (tmp_path / "cache").exists()
-    from nki import config
+    from nkihub.nki import config
     assert config.cache_dir() is None
     monkeypatch.delenv("NKI_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
@@ -155,8 +155,8 @@ def test_editing_a_helper_module_the_kernel_imports_changes_the_cache_key(tmp_pa
     # the helper file changes.
     import importlib
 
-    from nki.compile import cache_key
-    from simulator.targets import get_target
+    from nkihub.nki.compile import cache_key
+    from nkihub.simulator.targets import get_target
 
     (tmp_path / "kmod_helpers.py").write_text("import nki.language as nl\n\ndef times(t):\n"
                                              "    return nl.multiply(t, 3.0)\n")

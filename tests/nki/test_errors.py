@@ -15,10 +15,10 @@ import pytest
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from nki.errors import KernelRuleError
+from nkihub.nki.errors import KernelRuleError
 
 ROOT = Path(nki.__file__).resolve().parent.parent
-INTERNAL = [str(ROOT / pkg) for pkg in ("nki", "simulator", "kernels", "hub_client", "neuronxcc")]
+INTERNAL = [str(ROOT / pkg) for pkg in ("nki", "simulator", "kernels", "hub_client", "_toplevel")]
 F32, BF16 = np.float32, ml_dtypes.bfloat16
 
 

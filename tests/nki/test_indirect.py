@@ -10,7 +10,7 @@ import pytest
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from nki.errors import KernelRuleError, SimulationError
+from nkihub.nki.errors import KernelRuleError, SimulationError
 
 
 @nki.jit

@@ -11,7 +11,7 @@ import torch
 
 import nki
 import nki.language as nl
-from simulator.program import Program
+from nkihub.simulator.program import Program
 
 F32, BF16 = np.float32, ml_dtypes.bfloat16
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import nki
 import nki.language as nl
-from simulator.targets import TRN1, TRN3
+from nkihub.simulator.targets import TRN1, TRN3
 
 F32, BF16 = np.float32, ml_dtypes.bfloat16
 RNG = np.random.default_rng(0)

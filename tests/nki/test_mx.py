@@ -12,8 +12,8 @@ import pytest
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from nki.errors import KernelRuleError
-from simulator import mx
+from nkihub.nki.errors import KernelRuleError
+from nkihub.simulator import mx
 
 _spec = importlib.util.spec_from_file_location(
     "_nkihub_mx_reference", Path(__file__).resolve().parents[1] / "simulator" / "mx_reference.py")
@@ -142,7 +142,7 @@ def test_quantize_into_a_slice_of_a_3d_tile():
 
 
 def test_a_host_array_of_a_packed_dtype_reaches_the_kernel_as_that_dtype():
-    from simulator.dtypes import packed_host_dtype
+    from nkihub.simulator.dtypes import packed_host_dtype
     seen = []
 
     @nki.jit(platform_target="trn3")

@@ -143,7 +143,7 @@ def test_dtype_module_and_alias_hold_the_language_dtypes():
 
 def test_isa_constants_module_is_the_isa_enums():
     from nki.isa import constants
-    from nki.isa.constants import dge_mode, oob_mode
+    from nkihub.nki.isa.constants import dge_mode, oob_mode
     assert dge_mode is nisa.dge_mode and oob_mode is nisa.oob_mode
     assert constants.matmul_perf_mode.double_row is nisa.matmul_perf_mode.double_row
 

@@ -13,7 +13,7 @@ import neuronxcc.nki as old_nki
 import neuronxcc.nki.language as old_nl
 import nki
 import nki.language as nl
-from nki.errors import KernelRuleError
+from nkihub.nki.errors import KernelRuleError
 
 RNG = np.random.default_rng(5)
 

@@ -7,9 +7,9 @@ import pytest
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from simulator.executor import Executor
-from simulator.replay import Replay
-from simulator.report import Report
+from nkihub.simulator.executor import Executor
+from nkihub.simulator.replay import Replay
+from nkihub.simulator.report import Report
 
 
 @nki.jit

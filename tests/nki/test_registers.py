@@ -10,7 +10,7 @@ import pytest
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from simulator.errors import KernelRuleError
+from nkihub.simulator.errors import KernelRuleError
 
 
 def _int_tile(hbm):

@@ -8,7 +8,7 @@ import pytest
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from nki.errors import KernelRuleError
+from nkihub.nki.errors import KernelRuleError
 
 
 @nki.jit(platform_target="trn3")

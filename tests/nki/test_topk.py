@@ -14,7 +14,7 @@ import pytest
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from nki.errors import KernelRuleError
+from nkihub.nki.errors import KernelRuleError
 
 BF16 = ml_dtypes.bfloat16
 

@@ -13,7 +13,7 @@ import neuronxcc.nki as old_nki
 import neuronxcc.nki.language as old_nl
 import nki
 import nki.language as nl
-from nki.errors import KernelRuleError, NotSimulatedError
+from nkihub.nki.errors import KernelRuleError, NotSimulatedError
 
 X = np.ones((4, 4), np.float32)
 
@@ -50,7 +50,7 @@ def test_the_old_dialect_names_its_own_modules():
     with pytest.raises(AttributeError) as info:
         old_nl.no_such_function
     assert str(info.value) == "module 'neuronxcc.nki.language' has no attribute 'no_such_function'"
-    assert "nki.compat" not in str(info.value)
+    assert "nkihub.nki.compat" not in str(info.value)
 
 
 def test_imports_of_missing_names_name_the_public_module(without_dynamic_loops):
@@ -95,7 +95,7 @@ def test_a_launch_grid_without_programs_is_an_error(grid):
 
 
 def test_an_import_of_a_documented_module_nkihub_lacks_says_so(monkeypatch):
-    from nki import unsupported
+    from nkihub.nki import unsupported
     documented = dict(unsupported._documented())
     documented["nki.not_here_yet"] = frozenset({"f"})
     monkeypatch.setattr(unsupported, "_documented", lambda: documented)

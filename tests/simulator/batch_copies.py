@@ -7,8 +7,8 @@ from unittest import mock
 
 import numpy as np
 
-from simulator import dataflow
-from simulator.program import AccessPattern, Instruction, Program, TensorSpec
+from nkihub.simulator import dataflow
+from nkihub.simulator.program import AccessPattern, Instruction, Program, TensorSpec
 
 
 def _row_major(dims_shape, stride0: int, offset: int, tensor: str) -> AccessPattern:

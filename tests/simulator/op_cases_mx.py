@@ -7,7 +7,7 @@ import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
 
-from simulator import mx
+from nkihub.simulator import mx
 
 
 def cases(run_op):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.allocate import SBUF_ALIGN_BYTES, allocate, live_ranges
-from simulator.errors import KernelRuleError, SourceLoc
-from simulator.program import AccessPattern, Instruction, Program, TensorSpec
-from simulator.targets import TRN1, TRN2, TRN3
+from nkihub.simulator.allocate import SBUF_ALIGN_BYTES, allocate, live_ranges
+from nkihub.simulator.errors import KernelRuleError, SourceLoc
+from nkihub.simulator.program import AccessPattern, Instruction, Program, TensorSpec
+from nkihub.simulator.targets import TRN1, TRN2, TRN3
 
 LOC = SourceLoc("kern.py", 7, 4, None, "    big = nl.ndarray((128, 50000), nl.float32)")
 
@@ -195,7 +195,7 @@ def test_a_tensor_without_room_for_its_live_blocks_is_held_not_fragmented():
 
 def test_the_last_resort_search_handles_thousands_of_tiles():
     """The search places tiles one after another without recursion (programs have thousands of tiles)."""
-    from simulator.allocate import _Unit, _search
+    from nkihub.simulator.allocate import _Unit, _search
     units = [_Unit(f"t{i}", None, 1024, i, i + 1) for i in range(3000)]
     addrs, proven = _search(units, 4096, SBUF_ALIGN_BYTES, budget=10_000)
     assert addrs is not None and not proven and len(addrs) == 3000

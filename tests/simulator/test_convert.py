@@ -1,7 +1,7 @@
 """The fast engine's casts give numpy/ml_dtypes' bits: every bf16 value, fp32 around every bf16 rounding
 boundary, specials (signed zeros, infinities, NaN payloads, subnormals) and random fp32, strided and
 broadcast operands. (All 2^32 fp32 values were checked once against ml_dtypes when torch's rounding was
-adopted; see simulator/convert.py.)"""
+adopted; see nkihub/simulator/convert.py.)"""
 from __future__ import annotations
 
 import ml_dtypes
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from simulator.convert import BF16, F32, TORCH_MIN_ELEMS, cast_into, caster
+from nkihub.simulator.convert import BF16, F32, TORCH_MIN_ELEMS, cast_into, caster
 
 ALL_BF16 = np.arange(2 ** 16, dtype=np.uint32).astype(np.uint16).view(BF16)
 SPECIALS = np.array([0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001,
@@ -72,7 +72,7 @@ def test_strided_and_transposed_views(direction):
 def test_a_stack_of_column_blocks_casts_through_torch_with_the_same_bits(direction, monkeypatch):
     """Members of a stack that are column blocks of one tile (the stack axis walks memory faster than the
     partitions) have the innermost axis of a contiguous work array: torch casts them, bit for bit."""
-    import simulator.convert as convert
+    import nkihub.simulator.convert as convert
     rng = np.random.default_rng(2)
     tile = rng.standard_normal((128, 8 * 96)).astype(np.float32)
     tile.view(np.uint32)[::9, ::7] = 0xFFC00003      # NaNs with a payload and a sign

@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 
 import nki
 from cost_kernels import BF16, arrays, make_matmul, resident_matmul, two_engines
-from simulator import cost_rules as cr
-from simulator.costmodel import schedule
-from simulator.program import AccessPattern, Instruction, Program, TensorSpec
-from simulator.targets import get_target
+from nkihub.simulator import cost_rules as cr
+from nkihub.simulator.costmodel import schedule
+from nkihub.simulator.program import AccessPattern, Instruction, Program, TensorSpec
+from nkihub.simulator.targets import get_target
 
 
 @pytest.fixture(autouse=True)

@@ -8,9 +8,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from simulator.errors import SimulationError, SourceLoc
-from simulator.executor import Executor, fill_value, run_program
-from simulator.program import AccessPattern, Instruction, Program, TensorSpec
+from nkihub.simulator.errors import SimulationError, SourceLoc
+from nkihub.simulator.executor import Executor, fill_value, run_program
+from nkihub.simulator.program import AccessPattern, Instruction, Program, TensorSpec
 
 BF16 = ml_dtypes.bfloat16
 
@@ -206,7 +206,7 @@ def test_strided_views_of_every_ml_dtype(dtype):
 
 def test_blas_is_pinned_while_running_and_restored_after(monkeypatch):
     threadpoolctl = pytest.importorskip("threadpoolctl")
-    from simulator import executor
+    from nkihub.simulator import executor
     # The controller is built on first use; libraries loaded since (scipy brings its own OpenBLAS when an
     # earlier test imported it) are only seen by a fresh one.
     monkeypatch.setattr(executor, "_blas", None)

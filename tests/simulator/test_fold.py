@@ -10,9 +10,9 @@ import numpy as np
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from simulator.batching import plan_batches
-from simulator.executor import Executor
-from simulator.replay import Replay
+from nkihub.simulator.batching import plan_batches
+from nkihub.simulator.executor import Executor
+from nkihub.simulator.replay import Replay
 
 P = 128
 
@@ -205,8 +205,8 @@ def test_a_rounding_copy_of_loaded_values_is_not_folded():
 
 
 def test_sub_index_places_a_read_inside_a_destination_or_refuses():
-    from simulator.folding import compose, sub_index
-    from simulator.program import AccessPattern as AP
+    from nkihub.simulator.folding import compose, sub_index
+    from nkihub.simulator.program import AccessPattern as AP
     dst = AP("t", 0, ((512, 128), (128, 4), (1, 128)))          # t[:, 0:4, :] of a [128, 4, 128] tile
     start, axes = sub_index(dst, AP("t", 2 * 128 + 3, ((512, 64), (1, 100))))   # t[:64, 2, 3:103]
     assert (start, axes) == ((0, 2, 3), (0, 2))
@@ -218,7 +218,7 @@ def test_sub_index_places_a_read_inside_a_destination_or_refuses():
 
 
 def test_same_layout_keeps_free_strides_and_the_column_test():
-    from simulator.folding import compact, same_layout
+    from nkihub.simulator.folding import compact, same_layout
     assert same_layout((1024, 1), (128, 1), (128, 128))         # rows further apart: the same paths
     assert not same_layout((64, 1), (128, 1), (128, 128))       # rows overlapping
     assert not same_layout((1024, 2), (128, 1), (128, 64))      # another free stride

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from simulator.isa import ENGINES, OPS, opdef
-from simulator.isa import base
-from simulator.isa.base import register
+from nkihub.simulator.isa import ENGINES, OPS, opdef
+from nkihub.simulator.isa import base
+from nkihub.simulator.isa.base import register
 
 
 def _op_tests() -> dict:
@@ -47,7 +47,7 @@ def test_row_is_complete(opcode):
 
 def _programs_of(opcode: str) -> list:
     """Programs the op-test row of ``opcode`` runs for one generated example."""
-    import simulator.executor as ex
+    import nkihub.simulator.executor as ex
     from hypothesis import Phase, given, settings
     from hypothesis import strategies as st
     captured, real_init = [], ex.Executor.__init__
@@ -72,7 +72,7 @@ def _programs_of(opcode: str) -> list:
 @pytest.mark.parametrize("opcode", sorted(set(OPS) & set(OP_TESTS)))
 def test_cost_is_positive_seconds(opcode):
     """Each row's cost, on an instance its op-test row builds, is > 0 and < 1 s on every target."""
-    from simulator.targets import TARGETS
+    from nkihub.simulator.targets import TARGETS
     programs = _programs_of(opcode)
     assert programs
     for target in TARGETS.values():

@@ -7,9 +7,9 @@ import numpy as np
 import neuronxcc.nki as onki
 import neuronxcc.nki.isa as onisa
 import neuronxcc.nki.language as onl
-from simulator import issue
-from simulator.costmodel import schedule
-from simulator.targets import TRN2
+from nkihub.simulator import issue
+from nkihub.simulator.costmodel import schedule
+from nkihub.simulator.targets import TRN2
 
 
 def _scale_exp_reduce(x):

@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from simulator import mx
+from nkihub.simulator import mx
 
 _spec = importlib.util.spec_from_file_location("_nkihub_mx_reference", Path(__file__).with_name("mx_reference.py"))
 ref = importlib.util.module_from_spec(_spec)

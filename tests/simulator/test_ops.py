@@ -17,14 +17,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.dtypes import as_dtype, dtype_name
-from simulator.executor import Executor
-from simulator.replay import Replay
+from nkihub.simulator.dtypes import as_dtype, dtype_name
+from nkihub.simulator.executor import Executor
+from nkihub.simulator.replay import Replay
 from batch_copies import folding, staged, staged_copies
-from simulator.isa import OPS, alu, opdef
-from simulator.program import AccessPattern, Instruction, Program, TensorSpec
-from simulator.targets import get_target
-from simulator.validate import check_instruction
+from nkihub.simulator.isa import OPS, alu, opdef
+from nkihub.simulator.program import AccessPattern, Instruction, Program, TensorSpec
+from nkihub.simulator.targets import get_target
+from nkihub.simulator.validate import check_instruction
 
 F32 = np.float32
 FLOATS = ("float32", "bfloat16", "float16")

@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from simulator.errors import SourceLoc
-from simulator.program import (FORMAT_VERSION, AccessPattern, Instruction, LoopInfo, Program, TensorSpec)
+from nkihub.simulator.errors import SourceLoc
+from nkihub.simulator.program import (FORMAT_VERSION, AccessPattern, Instruction, LoopInfo, Program, TensorSpec)
 
 
 def small_program() -> Program:

@@ -13,13 +13,13 @@ import torch
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from simulator.batching import plan_batches
-from simulator.errors import SimulationError
-from simulator.executor import Executor
-from simulator.isa import OPS
-from simulator.program import AccessPattern, Instruction, Program, TensorSpec
-from simulator.replay import BATCH_MIN_INSTRUCTIONS, Replay, executor_for
-from simulator.threads import run_on_lanes
+from nkihub.simulator.batching import plan_batches
+from nkihub.simulator.errors import SimulationError
+from nkihub.simulator.executor import Executor
+from nkihub.simulator.isa import OPS
+from nkihub.simulator.program import AccessPattern, Instruction, Program, TensorSpec
+from nkihub.simulator.replay import BATCH_MIN_INSTRUCTIONS, Replay, executor_for
+from nkihub.simulator.threads import run_on_lanes
 
 P, F = 128, 64
 

@@ -10,9 +10,9 @@ import pytest
 
 import nki
 from cost_kernels import arrays, make_matmul
-from simulator.errors import SourceLoc
-from simulator.program import AccessPattern, Instruction, Program, TensorSpec
-from simulator.report import ENGINES, estimate
+from nkihub.simulator.errors import SourceLoc
+from nkihub.simulator.program import AccessPattern, Instruction, Program, TensorSpec
+from nkihub.simulator.report import ENGINES, estimate
 
 GOLDEN = Path(__file__).parent / "golden" / "report_small.json"
 
@@ -106,7 +106,7 @@ def test_str_and_print_show_the_table(capsys):
 
 
 def test_an_estimate_carries_its_likely_range():
-    from simulator.uncertainty import latency_band
+    from nkihub.simulator.uncertainty import latency_band
     r = estimate(_fixed_program(), "trn2")
     assert r.latency_low_s <= r.latency_s < r.latency_high_s
     assert (r.latency_low_s, r.latency_high_s) == latency_band(r.latency_s, "trn2")

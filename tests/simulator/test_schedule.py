@@ -10,10 +10,10 @@ import pytest
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from simulator.executor import Executor
-from simulator.replay import Replay
-from simulator.schedule import Schedule
-from simulator.threads import run_on_lanes
+from nkihub.simulator.executor import Executor
+from nkihub.simulator.replay import Replay
+from nkihub.simulator.schedule import Schedule
+from nkihub.simulator.threads import run_on_lanes
 
 P = 128
 WIDTHS = (64, 64, 64, 96, 32, 64, 512, 64)      # tiles of several shapes: groups of uneven sizes per level

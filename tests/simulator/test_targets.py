@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from simulator.targets import DEFAULT_TARGET, KIB, TARGETS, TRN1, TRN2, TRN3, Target, get_target
+from nkihub.simulator.targets import DEFAULT_TARGET, KIB, TARGETS, TRN1, TRN2, TRN3, Target, get_target
 
 
 def test_three_generations():

@@ -7,8 +7,8 @@ import pytest
 
 import nki
 from cost_kernels import arrays, make_matmul
-from simulator.costmodel import schedule
-from simulator.timeline import Timeline
+from nkihub.simulator.costmodel import schedule
+from nkihub.simulator.timeline import Timeline
 
 
 @pytest.fixture(autouse=True)

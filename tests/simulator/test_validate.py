@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.errors import KernelRuleError, SourceLoc
-from simulator.program import AccessPattern, Instruction, LoopInfo, Program, TensorSpec
-from simulator.targets import TRN2
-from simulator.validate import check_instruction, validate
+from nkihub.simulator.errors import KernelRuleError, SourceLoc
+from nkihub.simulator.program import AccessPattern, Instruction, LoopInfo, Program, TensorSpec
+from nkihub.simulator.targets import TRN2
+from nkihub.simulator.validate import check_instruction, validate
 
 
 def ap(name, shape, offset=0):

@@ -138,7 +138,7 @@ def _pack(values: np.ndarray, fmt, bits: int) -> np.ndarray:
 
 def _tagged(bits: np.ndarray, name: str) -> np.ndarray:
     """Packed bits as a host array of the MX dtype ``name`` (what a neuron_dtypes x4 array is to AWS)."""
-    from simulator.dtypes import packed_host_dtype
+    from nkihub.simulator.dtypes import packed_host_dtype
     return np.ascontiguousarray(bits).view(packed_host_dtype(name))
 
 

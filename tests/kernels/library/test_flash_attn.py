@@ -3,9 +3,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from kernels.library.flash_attn import flash_attention, flash_attention_with_lse, ops
-from kernels.library.flash_attn.reference import attention_with_lse, gradients
-from kernels.torch_ops import opcheck
+from nkihub.kernels.library.flash_attn import flash_attention, flash_attention_with_lse, ops
+from nkihub.kernels.library.flash_attn.reference import attention_with_lse, gradients
+from nkihub.kernels.torch_ops import opcheck
 
 TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2}
 
@@ -130,7 +130,7 @@ def test_bad_arguments(args, kwargs, name):
 
 
 def test_backward_too_long_for_sbuf_is_a_clear_error():
-    from kernels.library.flash_attn.nki_kernels import flash_bwd_kernel
+    from nkihub.kernels.library.flash_attn.nki_kernels import flash_bwd_kernel
     q = torch.zeros(1, 1, 16384, 128, dtype=torch.bfloat16)
     lse = torch.zeros(1, 1, 16384)
     with pytest.raises(ValueError, match="SBUF"):
@@ -165,7 +165,7 @@ def test_gradients_long_keys_gqa(shape_q, shape_kv, causal, dtype):
 
 def test_backward_sbuf_budget_is_the_targets():
     # the shape (Sq = Sk = 4096, D = 128, bf16) fits trn2's 224 KiB but not trn1's 192 KiB
-    from kernels.library.flash_attn.nki_backward import bwd_sbuf_bytes, check_bwd_fits
+    from nkihub.kernels.library.flash_attn.nki_backward import bwd_sbuf_bytes, check_bwd_fits
     assert 192 * 1024 < bwd_sbuf_bytes(4096, 4096, 128, 1, 2) <= 224 * 1024
     check_bwd_fits(4096, 4096, 128, 1, 2, False, 224 * 1024)
     with pytest.raises(ValueError, match="192 KiB"):
@@ -173,8 +173,8 @@ def test_backward_sbuf_budget_is_the_targets():
 
 
 def test_backward_sbuf_error_follows_the_target_in_force(monkeypatch):
-    from kernels.library.flash_attn import blocks
-    from kernels.library.flash_attn.nki_kernels import flash_bwd_kernel
+    from nkihub.kernels.library.flash_attn import blocks
+    from nkihub.kernels.library.flash_attn.nki_kernels import flash_bwd_kernel
     q = torch.zeros(1, 1, 4096, 128, dtype=torch.bfloat16)
     lse = torch.zeros(1, 1, 4096)
     with pytest.raises(ValueError, match="192 KiB"):

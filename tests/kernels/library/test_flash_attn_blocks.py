@@ -3,10 +3,10 @@ at small shapes by forcing the block size, and the fit decision itself."""
 import pytest
 import torch
 
-from kernels.library import flash_attn, vit_attn
-from kernels.library.flash_attn import blocks
-from kernels.library.flash_attn.nki_kernels import flash_fwd_kernel
-from kernels.library.flash_attn.reference import attention_with_lse, gradients
+from nkihub.kernels.library import flash_attn, vit_attn
+from nkihub.kernels.library.flash_attn import blocks
+from nkihub.kernels.library.flash_attn.nki_kernels import flash_fwd_kernel
+from nkihub.kernels.library.flash_attn.reference import attention_with_lse, gradients
 
 
 @pytest.fixture

@@ -3,9 +3,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from kernels.library.gelu_mlp import gelu_mlp, ops
-from kernels.library.gelu_mlp.nki_kernels import gelu_mlp_kernel
-from kernels.library.gelu_mlp.reference import gelu_mlp as reference
+from nkihub.kernels.library.gelu_mlp import gelu_mlp, ops
+from nkihub.kernels.library.gelu_mlp.nki_kernels import gelu_mlp_kernel
+from nkihub.kernels.library.gelu_mlp.reference import gelu_mlp as reference
 
 
 def _params(d, h, dtype, g):

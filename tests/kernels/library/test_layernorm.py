@@ -3,8 +3,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from kernels.library.layernorm import layer_norm, ops
-from kernels.library.layernorm.reference import layer_norm as reference
+from nkihub.kernels.library.layernorm import layer_norm, ops
+from nkihub.kernels.library.layernorm.reference import layer_norm as reference
 
 TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 

@@ -3,9 +3,9 @@ import pytest
 import torch
 from hypothesis import example, given, settings, strategies as st
 
-from kernels.library.matmul import matmul, ops
-from kernels.library.matmul.nki_kernels import matmul_kernel
-from kernels.library.matmul.reference import matmul as reference
+from nkihub.kernels.library.matmul import matmul, ops
+from nkihub.kernels.library.matmul.nki_kernels import matmul_kernel
+from nkihub.kernels.library.matmul.reference import matmul as reference
 
 
 def _close(c, ref, dtype):

@@ -1,8 +1,8 @@
 """What the kernel cards' benchmark rows say: each estimate with the range the hardware likely falls in."""
 from __future__ import annotations
 
-from kernels.library.measure import CostEstimate
-from simulator.uncertainty import latency_band
+from nkihub.kernels.library.measure import CostEstimate
+from nkihub.simulator.uncertainty import latency_band
 
 
 def test_a_card_row_gives_each_estimate_its_likely_range():

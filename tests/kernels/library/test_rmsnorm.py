@@ -3,8 +3,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from kernels.library.rmsnorm import ops, rms_norm
-from kernels.library.rmsnorm.reference import rms_norm as reference
+from nkihub.kernels.library.rmsnorm import ops, rms_norm
+from nkihub.kernels.library.rmsnorm.reference import rms_norm as reference
 
 TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 

@@ -3,9 +3,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from kernels.library.softmax import ops, softmax
-from kernels.library.softmax.nki_kernels import softmax_kernel
-from kernels.library.softmax.reference import softmax as reference
+from nkihub.kernels.library.softmax import ops, softmax
+from nkihub.kernels.library.softmax.nki_kernels import softmax_kernel
+from nkihub.kernels.library.softmax.reference import softmax as reference
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 

@@ -3,9 +3,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from kernels.library.vit_attn import ops, vit_attention
-from kernels.library.vit_attn.reference import vit_attention as reference
-from kernels.torch_ops import count_calls, opcheck
+from nkihub.kernels.library.vit_attn import ops, vit_attention
+from nkihub.kernels.library.vit_attn.reference import vit_attention as reference
+from nkihub.kernels.torch_ops import count_calls, opcheck
 
 TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2}
 
@@ -126,8 +126,8 @@ def test_lse_output_and_opcheck():
 def test_unfused_baseline_matches_reference_with_loads_ahead():
     # the baseline the speedup is measured against: partial row tiles, several heads (the load pipeline's
     # prologue and drain), S > 512 (two PSUM-bank chunks)
-    from kernels.library.attention_baseline import unfused_attention
-    from kernels.library.common import loads_ahead
+    from nkihub.kernels.library.attention_baseline import unfused_attention
+    from nkihub.kernels.library.common import loads_ahead
     for shape in [(2, 3, 197, 64), (1, 1, 600, 40)]:
         q, k, v = _qkv(shape, torch.float32, 13)
         out = torch.as_tensor(unfused_attention(q, k, v, 0.125))

@@ -3,10 +3,10 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from kernels.library.vit_block import PARAM_NAMES, layer_params, ops, vit_block, vit_block_from_layer
-from kernels.library.vit_block.nki_kernels import vit_block_kernel
-from kernels.library.vit_block.reference import vit_block as reference
-from kernels.library.vit_block.unfused import vit_block_unfused
+from nkihub.kernels.library.vit_block import PARAM_NAMES, layer_params, ops, vit_block, vit_block_from_layer
+from nkihub.kernels.library.vit_block.nki_kernels import vit_block_kernel
+from nkihub.kernels.library.vit_block.reference import vit_block as reference
+from nkihub.kernels.library.vit_block.unfused import vit_block_unfused
 
 
 def _layer(d, heads, hidden, seed=0):

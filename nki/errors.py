@@ -1,4 +1,0 @@
-"""The errors kernels raise (defined in ``simulator.errors``, the layer that detects most of them)."""
-from simulator.errors import KernelRuleError, NkiError, NotSimulatedError, SimulationError, SourceLoc
-
-__all__ = ["KernelRuleError", "NkiError", "NotSimulatedError", "SimulationError", "SourceLoc"]

@@ -1,0 +1,11 @@
+"""nkihub: write NeuronCore (Trainium) kernels in the NKI tile language, verify and time them on a numpy
+simulator, and share them through a Hugging Face Hub.
+
+    from nkihub import kernels          # kernels.get("neuron/vit-attn"), publish, kernelize
+    from nkihub import nki              # nki.jit, nki.language, nki.isa (also `import nki` without AWS's)
+
+The rooms: ``nkihub.simulator`` (the machine), ``nkihub.nki`` (the language), ``nkihub.hub_client`` (the
+Hub), ``nkihub.kernels`` (what model users import). Importing ``nkihub`` loads none of them.
+"""
+
+__version__ = "0.2.0"

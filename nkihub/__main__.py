@@ -1,0 +1,6 @@
+"""``python -m nkihub``: the ``nkihub`` command."""
+import sys
+
+from nkihub.cli import main
+
+sys.exit(main())

@@ -1,0 +1,88 @@
+"""DMA instructions: dma_copy between HBM and SBUF (and within either)."""
+from __future__ import annotations
+
+import numpy as np
+
+from nkihub.simulator import cost_rules as cr
+from nkihub.simulator.convert import F32, caster
+from nkihub.simulator.isa.base import DMA, f32, register, store
+from nkihub.simulator.isa.fast import fitted, reader, understands, view_as, writer
+from nkihub.simulator.rules import fail, partitions
+
+
+def _dma_rules(ins, program, target):
+    d, s = ins.dst["dst"], ins.src["src"]
+    for role, ap in (("dst", d), ("src", s)):
+        if program.tensor_of(ap).buffer == "psum":
+            raise fail("dma-buffer", "DMA cannot access PSUM; copy PSUM to SBUF with nisa.tensor_copy first",
+                       ins, program, role)
+    if d.size != s.size:
+        raise fail("dma-size", f"src has {s.size} elements, dst {d.size} (shape {d.shape}); a DMA "
+                   "moves equal element counts", ins, program, "src")
+    for role, ap in (("dst", d), ("src", s)):
+        spec = program.tensor_of(ap)
+        if spec.on_chip and partitions(ap) > target.partitions:
+            raise fail("partition-dim-limit", f"the partition dim (dim 0) is {partitions(ap)}; at most "
+                       f"{target.partitions} partitions", ins, program, role)
+
+
+def _dma_copy(ins, src, dst, ctx):
+    """dst = src through a DMA queue; element counts match, shapes may differ (row-major order);
+    dtypes convert through fp32."""
+    s, out = src["src"], dst["dst"]
+    if s.dtype == out.dtype:
+        out[...] = s.reshape(out.shape)
+    else:
+        store(out, f32(s).reshape(out.shape))
+
+
+def copy_step(s: np.ndarray, out: np.ndarray, sc):
+    """The step of ``out = s`` reshaped to out's shape (DMA and engine copies): bit-exact for equal
+    dtypes, through fp32 otherwise, as ``_dma_copy`` and ``tensor_copy`` do."""
+    if s.dtype == out.dtype:
+        get = fitted(s, out.shape)
+        return lambda ctx: np.copyto(out, get())
+    if s.dtype == F32 or (out.dtype == F32 and s.dtype.kind != "b"):
+        v = view_as(s, out.shape)
+        if v is not None and out.dtype.kind not in "iub":
+            cast = caster(out, v)
+            return lambda ctx: cast()
+        get, write = fitted(s, out.shape), writer(out)
+        return lambda ctx: write(get())
+    arr, refresh = reader(s, sc, 0)
+    get, write = fitted(arr, out.shape), writer(out)
+    return lambda ctx: (refresh(), write(get()))
+
+
+def _dma_bind(ins, src, dst, sc):
+    understands(ins, "dge_mode")
+    return copy_step(src["src"], dst["dst"], sc)
+
+
+def contiguous_bytes(ap, spec) -> int:
+    """Bytes in the innermost contiguous run of an access pattern."""
+    run = 1
+    for stride, size in reversed(ap.dims):
+        if size == 1:
+            continue
+        if stride == run:
+            run *= size
+        else:
+            break
+    return run * spec.np_dtype.itemsize
+
+
+def _dma_cost(ins, program, target):
+    d, s = ins.dst["dst"], ins.src["src"]
+    sd, ss = program.tensor_of(d), program.tensor_of(s)
+    on_chip = d if sd.on_chip else s
+    parts = partitions(on_chip) if (sd.on_chip or ss.on_chip) else target.partitions
+    run = min(contiguous_bytes(d, sd), contiguous_bytes(s, ss))
+    return cr.dma_transfer_s(max(d.size * sd.np_dtype.itemsize, s.size * ss.np_dtype.itemsize), parts, run,
+                             target)
+
+
+register("dma_copy", engines={"dma"}, execute=_dma_copy, cost=_dma_cost, rules=(_dma_rules,),
+         categories={DMA}, bind=_dma_bind,
+         # dge_mode picks the descriptor generator, not the values
+         copies=lambda ins: "src" if set(ins.attrs) <= {"dge_mode"} else None)

@@ -1,0 +1,124 @@
+"""Indirect DMA: a copy whose source or destination address depends on values in memory at run time
+(AWS NKI's ``tensor.ap(..., scalar_offset=, vector_offset=, indirect_dim=)``, executed by the DMA engines'
+descriptor generation).
+
+The indirectly addressed tensor is the operand ``table``: the whole tensor as a flat view of all its
+elements, a source (a gather, into ``dst``) or a destination (a scatter, from ``src``). ``attrs`` holds the
+access pattern over it: ``offset`` and ``pattern`` ([[step, size], ...] in elements), ``mode`` and
+``stride``. The operand ``offsets`` holds the run-time indices:
+
+- ``mode="scalar"``: one value v (a [1, 1] tile or a register); every element's address moves by
+  ``v * stride``.
+- ``mode="vector"``: one value per index of the pattern's first dim ([N, 1]); index i of that dim
+  addresses ``idx[i] * stride`` instead of ``i * step`` (the other dims keep their steps).
+
+``stride`` is the element stride of the tensor dim the offsets count along (``indirect_dim``).
+Addresses outside the tensor raise an error, or are skipped with ``oob="skip"`` (the element is not read,
+its destination left as it was; or not written).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nkihub.simulator.errors import SimulationError
+from nkihub.simulator.isa.base import DMA, INDIRECT, f32, register, store
+from nkihub.simulator.isa.dma import contiguous_bytes
+from nkihub.simulator import cost_rules as cr
+from nkihub.simulator.rules import fail, partitions
+
+
+def addresses(attrs: dict, offsets: np.ndarray) -> np.ndarray:
+    """Flat element addresses, shaped like the pattern, for run-time ``offsets`` (any numeric dtype)."""
+    pattern = [(int(st), int(n)) for st, n in attrs["pattern"]]
+    shape = tuple(n for _, n in pattern)
+    idx = np.trunc(np.asarray(offsets, dtype=np.float64).reshape(-1)).astype(np.int64)
+    addr = np.full(shape, int(attrs["offset"]), dtype=np.int64)
+    for d, (step, n) in enumerate(pattern):
+        if d == 0 and attrs["mode"] == "vector":
+            if idx.size < n:
+                raise ValueError(f"vector_offset holds {idx.size} indices for a first dim of {n}")
+            term = idx[:n] * int(attrs["stride"])
+        else:
+            term = np.arange(n, dtype=np.int64) * step
+        addr = addr + term.reshape((n,) + (1,) * (len(shape) - d - 1))
+    if attrs["mode"] == "scalar":
+        addr = addr + idx[0] * int(attrs["stride"])
+    return addr
+
+
+def _plain(ins):
+    """(role, access pattern) of the directly addressed operand."""
+    return ("dst", ins.dst["dst"]) if "table" in ins.src else ("src", ins.src["src"])
+
+
+def _execute(ins, src, dst, ctx):
+    """A DMA copy from or to ``table`` addressed through run-time offsets; dtypes convert through fp32."""
+    gather = "table" in src
+    whole = (src["table"] if gather else dst["table"]).reshape(-1)   # a contiguous view of the whole tensor
+    side = "src" if gather else "dst"
+    addr = addresses(ins.attrs, src["offsets"])
+    inside = (addr >= 0) & (addr < whole.size)
+    if not inside.all() and ins.attrs.get("oob", "error") != "skip":
+        bad = addr[~inside].reshape(-1)[0]
+        raise SimulationError(f"dma_copy: an indirect {side} address ({bad}) falls outside the tensor of "
+                              f"{whole.size} elements (oob_mode=error); pass oob_mode=nisa.oob_mode.skip "
+                              "to skip such elements", loc=ins.loc)
+    if gather:
+        out = dst["dst"]
+        picked = whole[np.where(inside, addr, 0)].reshape(out.shape)
+        keep = inside.reshape(out.shape)
+        if out.dtype != whole.dtype:
+            picked = f32(picked).astype(out.dtype)
+        out[keep] = picked[keep]
+    else:
+        values = src["src"].reshape(addr.shape)
+        if values.dtype != whole.dtype:
+            tmp = np.empty(values.shape, whole.dtype)
+            store(tmp, f32(values))
+            values = tmp
+        whole[addr[inside]] = values[inside]
+
+
+def _rules(ins, program, target):
+    plain_role, plain = _plain(ins)
+    table = ins.src.get("table") or ins.dst.get("table")
+    for role, ap in (("table", table), (plain_role, plain)):
+        spec = program.tensor_of(ap)
+        if spec.buffer == "psum":
+            raise fail("dma-buffer", "DMA cannot access PSUM; copy PSUM to SBUF with nisa.tensor_copy first",
+                       ins, program, role, ap)
+    n = math.prod(int(s) for _, s in ins.attrs["pattern"])
+    if n != plain.size:
+        raise fail("dma-size", f"the indirect access pattern has {n} elements, the {plain_role} {plain.size}; "
+                   "a DMA moves equal element counts", ins, program, plain_role, plain)
+    want = 1 if ins.attrs["mode"] == "scalar" else int(ins.attrs["pattern"][0][1])
+    if ins.src["offsets"].size < want:
+        raise fail("indirect-offsets", f"{ins.attrs['mode']}_offset needs {want} value(s), the tile holds "
+                   f"{ins.src['offsets'].size}", ins, program, "offsets")
+    if program.tensor_of(plain).on_chip and partitions(plain) > target.partitions:
+        raise fail("partition-dim-limit", f"the partition dim (dim 0) is {partitions(plain)}; at most "
+                   f"{target.partitions} partitions", ins, program, plain_role, plain)
+
+
+def _cost(ins, program, target):
+    _, plain = _plain(ins)
+    spec = program.tensor_of(plain)
+    parts = partitions(plain) if spec.on_chip else target.partitions
+    # Descriptor-generated gathers move one contiguous run per index: the innermost run of the pattern.
+    run = 1
+    for step, n in reversed(ins.attrs["pattern"]):
+        if int(n) == 1:
+            continue
+        if int(step) != run:
+            break
+        run *= int(n)
+    run = min(run * spec.np_dtype.itemsize, contiguous_bytes(plain, spec))
+    return cr.dma_transfer_s(plain.size * spec.np_dtype.itemsize, parts, run, target)
+
+
+# A scatter leaves the table's other elements as they were; a skipped gather leaves dst's.
+register("dma_copy_indirect", engines={"dma"}, execute=_execute, cost=_cost, rules=(_rules,),
+         categories={DMA, INDIRECT}, dynamic_reads={"table"}, reads_dst=lambda ins: ("table",) if "table" in ins.dst else
+         (("dst",) if ins.attrs.get("oob") == "skip" else ()))

@@ -1,0 +1,124 @@
+"""Random-number instructions: rand (uniform [0, 1) values), dropout, and set_rng_seed.
+
+The generator is the execution context's ``numpy.random.Generator`` (seeded per run), so results are
+reproducible for a given seed but are not the hardware's XORWOW bit stream.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from nkihub.simulator import cost_rules as cr
+from nkihub.simulator.isa.base import ELEMENTWISE, GENERATE, RANDOM, f32, fit, free_elems, register, store
+from nkihub.simulator.rules import COMPUTE_RULES, fail, same_free_size, same_partitions
+
+
+def _cost(ins, program, target):
+    n = (free_elems(ins.dst["dst"].shape) if ins.dst else 1) * cr.stride_slowdown(ins, program)
+    return cr.seconds(cr.gpsimd_cycles(n), target, "gpsimd") if ins.engine == "gpsimd" else \
+        cr.seconds(cr.vector_cycles(n), target, "vector")
+
+
+def _rand(ins, src, dst, ctx):
+    """dst = uniform random values in [0, 1) (integer dsts get uniform random bits)."""
+    out = dst["dst"]
+    if out.dtype.kind in "iu":
+        info = np.iinfo(out.dtype)
+        out[...] = ctx.rng.integers(info.min, info.max, size=out.shape, endpoint=True, dtype=out.dtype)
+    else:
+        store(out, ctx.rng.random(out.shape, dtype=np.float32))
+
+
+register("rand", engines={"vector", "gpsimd"}, execute=_rand, cost=_cost, rules=COMPUTE_RULES,
+         categories={GENERATE, RANDOM})
+
+
+def _seed(ins, src, dst, ctx):
+    """Reseed the random generator with the seed values of ``src_seeds`` (or the ``seed`` immediate)."""
+    seed = [int(v) for v in np.asarray(src["src_seeds"]).reshape(-1)] if "src_seeds" in src else \
+        [int(ins.attrs["seed"])]
+    ctx.rng = np.random.default_rng(seed)
+
+
+register("set_rng_seed", engines={"vector", "gpsimd"}, execute=_seed,
+         cost=lambda ins, p, t: cr.seconds(cr.MIN_II_CYCLES, t, "vector"), rules=COMPUTE_RULES,
+         categories={GENERATE, RANDOM})
+
+
+def _prob_rule(ins, program, target):
+    if "prob" not in ins.src and not 0.0 <= ins.attrs.get("prob", 0.0) <= 1.0:
+        raise fail("dropout-prob", f"prob {ins.attrs.get('prob')} is not in [0, 1]", ins, program, "data")
+
+
+def _dropout(ins, src, dst, ctx):
+    """dst = data with each element zeroed with probability ``prob`` (an immediate or a [P, 1] column);
+    kept elements are not rescaled."""
+    out = dst["dst"]
+    x = fit(f32(src["data"]), out.shape)
+    prob = f32(src["prob"]).reshape(out.shape[0], *([1] * (out.ndim - 1))) if "prob" in src else \
+        np.float32(ins.attrs["prob"])
+    keep = ctx.rng.random(out.shape, dtype=np.float32) >= prob
+    store(out, np.where(keep, x, np.float32(0)))
+
+
+register("dropout", engines={"vector", "gpsimd"}, execute=_dropout, cost=_cost,
+         rules=COMPUTE_RULES + (same_partitions("dst", "data", "prob"), same_free_size("dst", "data"),
+                                _prob_rule),
+         categories={ELEMENTWISE, RANDOM})
+
+
+def _rand2(ins, src, dst, ctx):
+    """dst = uniform random values in [min, max] (immediates or [P, 1] columns), computed in fp32 and cast
+    to dst's dtype."""
+    out = dst["dst"]
+    col = (out.shape[0],) + (1,) * (out.ndim - 1)
+    lo = f32(src["min"]).reshape(col) if "min" in src else np.float32(ins.attrs["min"])
+    hi = f32(src["max"]).reshape(col) if "max" in src else np.float32(ins.attrs["max"])
+    store(out, lo + (hi - lo) * ctx.rng.random(out.shape, dtype=np.float32))
+
+
+def _gen4(ins, program, target):
+    if target.nc_version in ("gen2", "gen3"):
+        raise fail("target-support", f"{ins.opcode} is available on NeuronCore-v4 (trn3) and newer", ins, program,
+                   "dst")
+
+
+register("rand2", engines={"vector"}, execute=_rand2, cost=_cost, rules=COMPUTE_RULES + (_gen4,),
+         categories={GENERATE, RANDOM})
+
+# The generator state as the engines expose it: XORWOW keeps 6 32-bit words per lane (24 on the Vector
+# Engine of v4). Here the state is a set of seed words of numpy's generator: reading it draws fresh words
+# and reseeds the generator with them, so writing the words back replays the stream that followed.
+STATE_WORDS = {"gpsimd": 6, "vector": 24}
+
+
+def _state_rule(ins, program, target):
+    ap = (ins.dst or ins.src).get("dst") or ins.src.get("src_seeds")
+    spec = program.tensor_of(ap)
+    want = STATE_WORDS[ins.engine]
+    if spec.dtype != "uint32" or ap.size // max(1, ap.shape[0]) != want:
+        raise fail("rng-state", f"the state tile must be uint32 with {want} elements per partition on the "
+                   f"{ins.engine} engine", ins, program, "dst" if ins.dst else "src_seeds")
+    if target.nc_version == "gen2":
+        raise fail("target-support", f"{ins.opcode} is available on NeuronCore-v3 and newer", ins, program,
+                   "dst" if ins.dst else "src_seeds")
+
+
+def _get_state(ins, src, dst, ctx):
+    """dst (uint32 [P, 6] on GpSimd, [P, 24] on Vector) = the generator state; the generator continues from
+    that state, so rand_set_state with these words replays what follows."""
+    out = dst["dst"]
+    words = ctx.rng.integers(0, 2**32, size=out.shape, dtype=np.uint32)
+    out[...] = words
+    ctx.rng = np.random.default_rng(words.reshape(-1).tolist())
+
+
+def _set_state(ins, src, dst, ctx):
+    """Load the generator state from ``src_seeds`` (uint32 words, as rand_get_state wrote them)."""
+    ctx.rng = np.random.default_rng(np.asarray(src["src_seeds"]).astype(np.uint32).reshape(-1).tolist())
+
+
+_state_cost = lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(STATE_WORDS[ins.engine]), t, ins.engine)  # noqa: E731
+register("rand_get_state", engines={"gpsimd", "vector"}, execute=_get_state, cost=_state_cost,
+         rules=COMPUTE_RULES + (_state_rule,), categories={GENERATE, RANDOM})
+register("rand_set_state", engines={"gpsimd", "vector"}, execute=_set_state, cost=_state_cost,
+         rules=COMPUTE_RULES + (_state_rule,), categories={GENERATE, RANDOM})

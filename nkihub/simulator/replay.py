@@ -1,0 +1,300 @@
+"""The fast engine: a Program compiled once into ready-to-run steps, replayed on the simulator's lanes.
+
+``Replay`` has the interface of the reference ``executor.Executor`` and gives the same bits. What it does
+differently, measured on the library kernels (see docs/simulator.md):
+
+- **Bound once.** A workspace holds a buffer for every tensor, inputs and outputs included (inputs are
+  copied in, outputs copied out), so every operand view is built once. Each instruction becomes a step:
+  its row's ``bind`` (``simulator.isa.fast``) resolves views, broadcasts, fp32 work arrays and ALU
+  functions at bind time; a row without a bind runs its ``execute`` on the bound views.
+- **Fast exact casts** (``simulator.convert``) and one ``np.errstate`` per run instead of one per call.
+- **Batched** (from the second call, ``simulator.batching``): independent same-shaped instructions
+  run as one stacked operation, shared at run time between two lanes (``simulator.schedule``,
+  ``simulator.threads``).
+
+``executor_for`` picks the engine named by ``NKIHUB_SIM_ENGINE`` (``simulator.config``).
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import threading
+import warnings
+
+import numpy as np
+
+from nkihub.simulator import config
+from nkihub.simulator.batching import Batches, bind_batches, plan_batches
+from nkihub.simulator.dataflow import NotBatchable
+from nkihub.simulator.errors import NkiError, SimulationError
+from nkihub.simulator import executor
+from nkihub.simulator.executor import Executor, check_inputs, engine_tables, input_array, strided
+from nkihub.simulator.isa import ExecContext, opdef
+from nkihub.simulator.isa.fast import NoBind, Scratch, strict_reshape
+from nkihub.simulator.program import Program
+from nkihub.simulator.threads import run_on_lanes
+
+
+# Programs shorter than this replay unbatched: planning would cost more than it saves.
+BATCH_MIN_INSTRUCTIONS = 32
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Planning and binding allocate hundreds of thousands of small objects that all stay alive, so
+    the cyclic collector's passes find nothing and cost about half of binding (vit-attn: 0.21 -> 0.09 s
+    unbatched); pause it meanwhile (leaving it off if someone else turned it off)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def generic_step(execute, ins, src: dict, dst: dict):
+    """A step running a row's ``execute`` on stacked operands, one instruction at a time."""
+    k = next(iter((*dst.values(), *src.values()))).shape[0] if (src or dst) else 1
+    if k == 1:
+        s1 = {r: v[0] for r, v in src.items()}
+        d1 = {r: v[0] for r, v in dst.items()}
+        return lambda ctx: execute(ins, s1, d1, ctx)
+    per = [({r: v[i] for r, v in src.items()}, {r: v[i] for r, v in dst.items()}) for i in range(k)]
+
+    def step(ctx):
+        for s, d in per:
+            execute(ins, s, d, ctx)
+    return step
+
+
+def rows_step(execute, ins, src: dict, dst: dict):
+    """A step running a ``rows`` row's ``execute`` once on ``k`` stacked instructions seen as one, their
+    partitions end to end (None unless every operand has the destination's partitions and its stack
+    merges into them without a copy)."""
+    arrays = (*dst.values(), *src.values())
+    if not dst or arrays[0].shape[0] == 1 or arrays[0].ndim < 3:
+        return None
+    p = arrays[0].shape[1]
+    try:
+        s1, d1 = ({r: _merged(v, p) for r, v in side.items()} for side in (src, dst))
+    except NoBind:
+        return None
+    return lambda ctx: execute(ins, s1, d1, ctx)
+
+
+def _merged(a: np.ndarray, p: int) -> np.ndarray:
+    if a.ndim < 3 or a.shape[1] != p:
+        raise NoBind("an operand with other partitions")
+    return strict_reshape(a, (a.shape[0] * p, *a.shape[2:]))
+
+
+def bind_step(ins, src: dict, dst: dict, scratch: Scratch):
+    """The step of one instruction (or of ``k`` stacked ones): its row's bind, else its execute (once
+    over the stack for a ``rows`` row, else once per instruction)."""
+    row = opdef(ins.opcode)
+    step = None
+    if row.bind is not None:
+        try:
+            step = row.bind(ins, src, dst, scratch)
+        except NoBind:
+            step = None
+    if step is None and row.rows:
+        step = rows_step(row.execute, ins, src, dst)
+    return step or generic_step(row.execute, ins, src, dst)
+
+
+def run_steps(steps, instructions, ctx) -> None:
+    """Run bound steps in order; an exception that is not a kernel error names the instruction."""
+    i = 0
+    try:
+        for i, step in enumerate(steps):
+            step(ctx)
+    except NkiError:
+        raise
+    except Exception as exc:  # a simulator defect or an unchecked rule: say where
+        ins = instructions[i]
+        raise SimulationError(f"{ins.opcode} failed in the simulator: {exc}", loc=ins.loc) from exc
+
+
+def run_batched(steps, ctx) -> None:
+    """Run a batched plan's steps on one lane (its errors are located by the unbatched replay)."""
+    for step in steps:
+        step(ctx)
+
+
+class _Workspace:
+    """Buffers of every tensor of one Program and the steps bound to them (one per instruction, or one
+    per group of ``batches``)."""
+
+    def __init__(self, rp: "Replay", batches: Batches | None = None, lanes: int = 1):
+        # Batched, on-chip tiles live in renamed storage: only HBM tensors and tiles whose initial
+        # contents are read need a buffer.
+        needed = None if batches is None else \
+            {n for n in rp.program.tensors if n not in batches.dataflow.renamed} | batches.init_read
+        self.bufs = [np.full(spec.size, fill, dtype=dt) if (needed is None or spec.name in needed)
+                     and spec.alias_of is None else None for spec, fill, dt in zip(rp._specs, rp._fills, rp._dtypes)]
+        for i, root in rp._aliases.items():     # dtype reinterpretations see their root's bytes
+            self.bufs[i] = self.bufs[root].view(rp._dtypes[i])
+        self._load_constants(rp)
+        self.scratch = Scratch()
+        self.batches, self.lanes = batches, lanes
+        if batches is not None:
+            self.schedule = bind_batches(batches, self.bufs, rp._index, [self.scratch] +
+                                         [Scratch() for _ in range(lanes - 1)], bind_step)
+            self.steps = self.schedule.steps() if lanes == 1 else None
+            return
+        self.lanes = 1
+        self.steps, self.where = [], rp.program.instructions
+        for ins in rp.program.instructions:
+            src = {r: self._view(rp, ap)[None] for r, ap in ins.src.items()}
+            dst = {r: self._view(rp, ap)[None] for r, ap in ins.dst.items()}
+            self.steps.append(bind_step(ins, src, dst, self.scratch))
+
+    def _view(self, rp: "Replay", ap) -> np.ndarray:
+        i = rp._index[ap.tensor]
+        item = rp._dtypes[i].itemsize
+        return strided(self.bufs[i], ap.offset, ap.shape, tuple(s * item for s, _ in ap.dims))
+
+    def _load_constants(self, rp: "Replay") -> None:
+        for i, spec in enumerate(rp._specs):
+            if spec.kind == "constant":
+                self.bufs[i][...] = np.frombuffer(spec.data, dtype=rp._dtypes[i])
+
+    def refill(self, rp: "Replay") -> None:
+        for i, buf in enumerate(self.bufs):
+            if buf is not None and rp._specs[i].kind != "input" and i not in rp._aliases:
+                buf.fill(rp._fills[i])
+        self._load_constants(rp)
+
+    def load(self, rp: "Replay", inputs) -> None:
+        for i, arr in zip(rp._inputs, inputs):
+            spec = rp._specs[i]
+            arr = input_array(spec, arr)
+            np.copyto(self.bufs[i].reshape(spec.shape), arr, casting="unsafe")
+
+    def outputs(self, rp: "Replay") -> list[np.ndarray]:
+        return [self.bufs[i].reshape(rp._specs[i].shape).copy() for i in rp._outputs]
+
+
+class Replay:
+    """Runs one Program on the fast engine. Build once, call :meth:`run` many times (thread-safe).
+
+    ``checked``: the Program passed ``simulator.validate`` (no read of unwritten memory), so pooled
+    buffers need no NaN refill between runs. ``batch``: None batches as ``NKIHUB_SIM_BATCH`` says
+    (from the second call, programs of ``BATCH_MIN_INSTRUCTIONS`` or more); True batches from the first
+    call whatever the size; False never. ``batch_note`` says what happened.
+    """
+
+    def __init__(self, program: Program, target=None, *, checked: bool = False, batch: bool | None = None):
+        engine_tables(self, program, target, checked)
+        self.batch = batch
+        for ins in program.instructions:
+            opdef(ins.opcode)   # an unknown opcode fails here, not in the middle of a run
+        self._pool: list[_Workspace] = []
+        self._lock = threading.Lock()
+        self._calls = 0
+        self._reference = None
+        self._batches: Batches | None | bool = None    # False: tried and not batchable
+        self.batch_note = "not tried yet"
+
+    def _batched(self) -> Batches | None:
+        """The batched schedule, planned on the second call of a Program worth batching."""
+        mode = {None: config.batching(), True: "always", False: "never"}[self.batch]
+        if mode == "never":
+            return None
+        if self._batches is None and (self._calls >= 2 or mode == "always"):
+            if mode == "auto" and len(self.program.instructions) < BATCH_MIN_INSTRUCTIONS:
+                self._batches, self.batch_note = False, "too few instructions to pay for planning"
+            else:
+                try:
+                    with _gc_paused():
+                        self._batches, self.batch_note = plan_batches(self.program), "batched"
+                except NotBatchable as exc:
+                    self._batches, self.batch_note = False, f"not batched: {exc}"
+        return self._batches or None
+
+    def _take(self) -> _Workspace:
+        lanes = max(1, config.fast_threads())
+        with self._lock:
+            self._calls += 1
+            batches = self._batched()
+            # workspaces made before batching was planned, or for another number of lanes, are dropped
+            fitting = [w for w in self._pool if w.batches is batches and (batches is None or w.lanes == lanes)]
+            ws, self._pool = (fitting[-1], fitting[:-1]) if fitting else (None, [])
+        if ws is not None and not self.checked:
+            ws.refill(self)
+        if ws is None:
+            with _gc_paused():
+                ws = _Workspace(self, batches, lanes)
+        return ws
+
+    def run(self, inputs, *, echo_prints: bool = True, ctx: ExecContext | None = None) -> list[np.ndarray]:
+        """Run with ``inputs`` (arrays in the Program's input order); return the outputs as numpy arrays
+        of their declared shapes and dtypes."""
+        check_inputs(self.program, inputs)
+        fresh = ctx is None
+        ctx = ctx or ExecContext(self.target, echo=echo_prints)
+        ws = self._take()
+        try:
+            outs = self._run(ws, inputs, ctx)
+        except Exception as exc:
+            if ws.batches is None:
+                raise
+            # Replay instruction by instruction: it locates a kernel error precisely, and a defect of
+            # the batched plan must not cost the user a result (then it is reported as a warning).
+            ws = None
+            with self._lock:
+                self._batches, self.batch_note = False, f"batched replay failed ({exc!r}); replaying unbatched"
+                self._pool.clear()
+            ctx = ExecContext(self.target, echo=echo_prints) if fresh else ctx
+            ws = self._take()
+            outs = self._run(ws, inputs, ctx)
+            warnings.warn(f"{self.program.name}: {self.batch_note}", RuntimeWarning, stacklevel=2)
+        finally:
+            if ws is not None:
+                with self._lock:
+                    self._pool.append(ws)
+        if config.crosscheck():
+            self._crosscheck(inputs, outs, ctx, echo_prints)
+        self.last_context = ctx
+        return outs
+
+    def _crosscheck(self, inputs, outs, ctx, echo_prints) -> None:
+        """Raise unless the reference executor gives the same bits (and printed lines) as this run."""
+        if self._reference is None:
+            self._reference = Executor(self.program, self.target, checked=self.checked)
+        want = self._reference.run(inputs, echo_prints=False)
+        for name, got, ref in zip(self.program.outputs, outs, want):
+            a, b = np.ascontiguousarray(got).view(np.uint8), np.ascontiguousarray(ref).view(np.uint8)
+            if a.shape != b.shape or not np.array_equal(a, b):
+                bad = int(np.count_nonzero(np.ascontiguousarray(got) != np.ascontiguousarray(ref)))
+                raise SimulationError(f"{self.program.name}: the fast engine ({self.batch_note}) differs from the "
+                                      f"reference executor in output '{name}' ({bad} elements differ)")
+        if self._reference.last_context.printed != ctx.printed:
+            raise SimulationError(f"{self.program.name}: the fast engine printed other lines than the reference")
+
+    def _run(self, ws: _Workspace, inputs, ctx) -> list[np.ndarray]:
+        ws.load(self, inputs)
+        if ws.batches is not None and ws.lanes > 1:
+            run = ws.schedule.start()
+            tasks = [lambda lane=lane: ws.schedule.run_lane(lane, run, ctx) for lane in range(ws.lanes)]
+        elif ws.batches is not None:
+            tasks = [lambda: run_batched(ws.steps, ctx)]
+        else:
+            tasks = [lambda: run_steps(ws.steps, ws.where, ctx)]
+        if config.fast_threads() == 0:     # the calling thread, thread pools as they are
+            with executor.blas_pinned(0), np.errstate(all="ignore"):
+                tasks[0]()
+        else:
+            with executor.blas_pinned(1):
+                run_on_lanes(tasks)
+        return ws.outputs(self)
+
+
+def executor_for(program: Program, target=None, *, checked: bool = False):
+    """The engine ``NKIHUB_SIM_ENGINE`` selects for ``program``: a :class:`Replay` (``fast``, the
+    default) or the reference :class:`~simulator.executor.Executor`; both have ``run(inputs)``."""
+    if config.engine() == "reference":
+        return Executor(program, target, checked=checked)
+    return Replay(program, target, checked=checked)

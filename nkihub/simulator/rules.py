@@ -1,0 +1,139 @@
+"""Operand rules shared by many instructions (shared/hardware.md, "Access rules worth enforcing").
+
+Each rule is a function ``(ins, program, target)`` that raises ``KernelRuleError`` naming the rule, the
+operand with its shape, dtype and buffer, and the kernel line that emitted the instruction. Instruction
+rows list the rules that apply to them.
+"""
+from __future__ import annotations
+
+from nkihub.simulator.errors import KernelRuleError
+from nkihub.simulator.program import AccessPattern, Instruction, Program
+
+
+def fail(rule: str, message: str, ins: Instruction, program: Program, role: str | None = None,
+         ap: AccessPattern | None = None) -> KernelRuleError:
+    """Build the error for operand ``role`` of ``ins`` (pass ``ap`` when the role is ambiguous)."""
+    if ap is None and role is not None:
+        ap = ins.src.get(role) or ins.dst.get(role)
+    spec = program.tensors[ap.tensor] if ap is not None else None
+    return KernelRuleError(rule, f"{ins.opcode}: {message}", operand=role,
+                           shape=ap.shape if ap is not None else None,
+                           dtype=spec.dtype if spec else None, buffer=spec.buffer if spec else None,
+                           loc=ins.loc)
+
+
+def operands(ins: Instruction):
+    """(role, access pattern) of every operand, destinations first."""
+    yield from ins.dst.items()
+    yield from ins.src.items()
+
+
+def partitions(ap: AccessPattern) -> int:
+    return ap.dims[0][1] if ap.dims else 1
+
+
+def start_partition(ap: AccessPattern, program: Program) -> int:
+    spec = program.tensors[ap.tensor]
+    return ap.offset // spec.free_size
+
+
+def partition_limit(ins, program, target):
+    """On-chip operands span at most ``target.partitions`` partitions."""
+    for role, ap in operands(ins):
+        if program.tensors[ap.tensor].on_chip and partitions(ap) > target.partitions:
+            raise fail("partition-dim-limit", f"the partition dim (dim 0) is {partitions(ap)}; at most "
+                       f"{target.partitions} partitions", ins, program, role, ap)
+
+
+def partition_step(ins, program, target):
+    """The partition dim of an on-chip operand walks consecutive partitions."""
+    for role, ap in operands(ins):
+        spec = program.tensors[ap.tensor]
+        if spec.on_chip and ap.dims and ap.dims[0][1] > 1 and ap.dims[0][0] != spec.free_size:
+            raise fail("partition-step", "the partition dim must walk consecutive partitions "
+                       "(a step or a partition broadcast is not an engine access pattern)",
+                       ins, program, role, ap)
+
+
+def start_partition_rule(ins, program, target):
+    """Over 64 partitions start at 0; 33-64 at 0 or 64; up to 32 at 0, 32, 64 or 96."""
+    for role, ap in operands(ins):
+        if not program.tensors[ap.tensor].on_chip:
+            continue
+        n, start = partitions(ap), start_partition(ap, program)
+        allowed = (0,) if n > 64 else (0, 64) if n > 32 else (0, 32, 64, 96)
+        if start not in allowed:
+            raise fail("start-partition", f"an access of {n} partitions starts at partition {start}; "
+                       f"it must start at one of {allowed}", ins, program, role, ap)
+
+
+def free_size_limit(ins, program, target):
+    """Free size per instruction: 64K elements in SBUF, 4K in PSUM; at most 4 free dims."""
+    for role, ap in operands(ins):
+        spec = program.tensors[ap.tensor]
+        if not spec.on_chip:
+            continue
+        free = ap.size // max(1, partitions(ap))
+        limit = target.psum_free_elems_max if spec.buffer == "psum" else target.sbuf_free_elems_max
+        if free > limit:
+            raise fail("free-size-limit", f"{free} elements per partition; at most {limit} in "
+                       f"{spec.buffer.upper()}", ins, program, role, ap)
+        if len(ap.dims) - 1 > target.max_ap_free_dims:
+            raise fail("access-pattern-dims", f"{len(ap.dims) - 1} free dims; at most "
+                       f"{target.max_ap_free_dims}", ins, program, role, ap)
+
+
+def on_chip_operands(ins, program, target):
+    """Compute engines read and write SBUF/PSUM only; HBM is reached through DMA."""
+    for role, ap in operands(ins):
+        spec = program.tensors[ap.tensor]
+        if not spec.on_chip:
+            raise fail("engine-buffer", f"the {ins.engine} engine cannot access {spec.buffer.upper()}; "
+                       "load it into SBUF with nl.load or nisa.dma_copy first", ins, program, role, ap)
+
+
+def engine_buffers(ins, program, target):
+    """GpSimd never touches PSUM; a two-input Vector op may not take both inputs from PSUM."""
+    if ins.engine == "gpsimd":
+        for role, ap in operands(ins):
+            if program.tensors[ap.tensor].buffer == "psum":
+                raise fail("engine-buffer", "the GpSimd engine cannot access PSUM", ins, program, role, ap)
+    if ins.engine == "vector":
+        in_psum = [r for r, ap in ins.src.items() if program.tensors[ap.tensor].buffer == "psum"]
+        if len(ins.src) >= 2 and len(in_psum) >= 2:
+            raise fail("engine-buffer", "a two-input Vector Engine instruction may not read both inputs "
+                       "from PSUM", ins, program, in_psum[1])
+
+
+def same_partitions(*roles):
+    """Rule factory: the named operands span the same number of partitions."""
+    def rule(ins, program, target):
+        present = [(r, ins.src.get(r) or ins.dst.get(r)) for r in roles]
+        present = [(r, ap) for r, ap in present if ap is not None]
+        if not present:
+            return
+        first_role, first = present[0]
+        for role, ap in present[1:]:
+            if partitions(ap) != partitions(first) and partitions(ap) != 1:
+                raise fail("partition-mismatch", f"spans {partitions(ap)} partitions but '{first_role}' "
+                           f"spans {partitions(first)}", ins, program, role, ap)
+    rule.__doc__ = f"Operands {', '.join(roles)} span the same partitions."
+    return rule
+
+
+def same_free_size(dst_role: str, src_role: str):
+    """Rule factory: a source has as many elements per partition as the destination (or broadcasts)."""
+    def rule(ins, program, target):
+        d, s = ins.dst.get(dst_role), ins.src.get(src_role)
+        if d is None or s is None:
+            return
+        fd, fs = d.size // max(1, partitions(d)), s.size // max(1, partitions(s))
+        if fs not in (fd, 1) and s.shape != d.shape:
+            raise fail("shape-mismatch", f"has {fs} elements per partition but '{dst_role}' has {fd} "
+                       f"(shape {d.shape})", ins, program, src_role, s)
+    rule.__doc__ = f"'{src_role}' matches '{dst_role}' in elements per partition."
+    return rule
+
+
+COMPUTE_RULES = (partition_limit, partition_step, start_partition_rule, free_size_limit, on_chip_operands,
+                 engine_buffers)
