@@ -38,6 +38,7 @@ _HUB_EXPORTS = {
 _LAYER_EXPORTS: dict[str, str] = {
     "kernelize": "layers",
     "Mode": "layers",
+    "Device": "layers",
     "LayerRepository": "layers",
     "LocalLayerRepository": "layers",
     "LibraryLayerRepository": "layers",

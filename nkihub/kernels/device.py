@@ -1,7 +1,8 @@
 """Where a kernel runs: the simulator on CPU, or a Neuron device.
 
-A tensor on the CPU runs its kernel on the numpy simulator. A Neuron device is either one that
-``torch_neuronx`` provides or an XLA device whose hardware reports ``NEURON``; on it the kernel's
+A tensor on the CPU runs its kernel on the numpy simulator. A Neuron device is one that ``torch_neuronx``
+provides (it creates the ``torch.neuron`` module, which is also what Hugging Face kernels looks for) or an
+XLA device whose hardware reports ``NEURON``; on it the kernel's
 source goes to the Neuron toolchain. Detection is lazy (nothing is imported until asked), never
 raises on a broken install (the reason is recorded instead), and asking for Neuron where there is none
 raises :class:`NeuronUnavailableError`: a kernel never falls back to the simulator silently.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -46,6 +48,12 @@ def _xla_hardware(device=None) -> str | None:
     return str(runtime.device_type()).upper() if hasattr(runtime, "device_type") else None
 
 
+def _torch_has_neuron() -> bool:
+    """``torch.neuron`` exists (torch_neuronx, or an emulation of it, was imported); torch is not imported."""
+    torch = sys.modules.get("torch")
+    return torch is not None and hasattr(torch, "neuron")
+
+
 def _probe() -> NeuronStatus:
     probes = []
     if importlib.util.find_spec("torch_neuronx") is not None:
@@ -56,6 +64,9 @@ def _probe() -> NeuronStatus:
             probes.append(f"torch_neuronx is installed but failed to import: {type(exc).__name__}: {exc}")
     else:
         probes.append("torch_neuronx is not installed")
+    if _torch_has_neuron():
+        return NeuronStatus(True, "the torch.neuron module (torch_neuronx or an emulation of it)", tuple(probes))
+    probes.append("torch has no torch.neuron module")
     if importlib.util.find_spec("torch_xla") is not None:
         try:
             hw = _xla_hardware()
@@ -73,7 +84,8 @@ def neuron_status(refresh: bool = False) -> NeuronStatus:
     """Probe for a Neuron device once per process (``refresh=True`` probes again)."""
     global _status
     with _lock:
-        if _status is None or refresh:
+        # torch.neuron appearing later (torch_neuronx imported after the first probe) counts at once
+        if _status is None or refresh or (not _status.available and _torch_has_neuron()):
             _status = _probe()
         return _status
 

@@ -8,9 +8,12 @@ A layer is a candidate when its class carries ``kernel_layer_name`` (``@use_kern
 ``replace_kernel_forward_from_hub``) or, for classes nobody marked (transformers' vision layers), when the
 kernel mapping has an entry under its class name. The mapping (``register_kernel_mapping``,
 ``use_kernel_mapping``) goes layer name -> device type (``"cpu"`` runs the simulator, ``"neuron"`` the
-device) -> repository, or -> {Mode: repository}. A repository loads a kernel module; its layer is
-``module.layers.<layer_name>`` (a Hub kernel's own layers) or, for library kernels without one, the
-adapter in :mod:`kernels.vit` bound to that module. Replacing sets the module's ``forward`` to the
+device) -> repository, or -> {Mode: repository}. A repository's ``load()`` returns the layer class, as
+Hugging Face kernels' repositories do: ``module.layers.<layer_name>`` of the kernel module (a Hub kernel's
+own layers) or, for transformers' vision layers, the adapter in :mod:`nkihub.kernels.vit` bound to that
+module. ``Mode``, ``Device``, ``use_kernel_forward_from_hub`` and ``replace_kernel_forward_from_hub`` are
+Hugging Face kernels' own; nkihub's ``LayerRepository`` is a subclass of theirs that loads through nkihub,
+and a mapping given their ``LayerRepository`` loads it through nkihub too. Replacing sets the module's ``forward`` to the
 layer's, as Hugging Face kernels does; every decision lands in a :class:`KernelizeReport`.
 """
 from __future__ import annotations
@@ -24,33 +27,17 @@ import os
 from collections import Counter
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
-from enum import Flag, auto
 from pathlib import Path
 from types import MethodType
+
+# Hugging Face kernels' own: the same Mode flag, Device and layer marking, so a mapping or a model
+# written for their kernelize works with this one unchanged (transformers marks its layers with theirs).
+from kernels import Device, Mode, replace_kernel_forward_from_hub, use_kernel_forward_from_hub  # noqa: F401
+from kernels import LayerRepository as _HfLayerRepository
 
 from .device import resolve_device
 
 SUPPORTED_DEVICES = ("cpu", "neuron")
-
-
-class Mode(Flag):
-    """What a model is kernelized for: ``INFERENCE`` or ``TRAINING``, optionally ``| TORCH_COMPILE``.
-    ``FALLBACK`` is only for mappings: the repository to use when no mode-specific one fits."""
-
-    _NONE = 0
-    FALLBACK = auto()
-    TRAINING = auto()
-    INFERENCE = auto()
-    TORCH_COMPILE = auto()
-
-    def __or__(self, other):
-        union = super().__or__(other)
-        if Mode.INFERENCE in union and Mode.TRAINING in union:
-            raise ValueError("mode: Mode.INFERENCE and Mode.TRAINING are mutually exclusive")
-        if Mode.FALLBACK in union and union != Mode.FALLBACK:
-            raise ValueError("mode: Mode.FALLBACK cannot be combined with other modes")
-        return union
-
 
 _MODE_PRIORITY = {
     Mode.INFERENCE: [Mode.INFERENCE, Mode.INFERENCE | Mode.TORCH_COMPILE, Mode.TRAINING,
@@ -63,39 +50,49 @@ _MODE_PRIORITY = {
 
 
 # ---- repositories ----------------------------------------------------------------------------------
-class LayerRepository:
+class LayerRepository(_HfLayerRepository):
     """A layer of a Hub kernel repo: ``LayerRepository("neuron/vit-attn", layer_name="ViTAttention",
-    version=1)``, as Hugging Face kernels' class of that name. ``version`` (a major version) or
-    ``revision`` pins it; with neither the newest ``vN`` is used (nkihub only: theirs requires one).
-    ``trust_remote_code`` and ``user_agent`` are passed to the load."""
+    version=1)``, Hugging Face kernels' class of that name loading through nkihub (digests, signatures,
+    trust, NKI checks, import from verified bytes). ``version`` (a major version) or ``revision`` pins it;
+    with neither the newest ``vN`` is used (nkihub only: theirs requires one). ``trust_remote_code`` and
+    ``user_agent`` are passed to the load. Being theirs too, it also goes into their ``kernelize``."""
 
     def __init__(self, repo_id: str, *, layer_name: str, revision: str | None = None, version=None,
-                 trust_remote_code: bool | list[str] = False, user_agent=None):
+                 trust_remote_code: bool | list[str] = False, user_agent=None, check_arch: bool = True):
         if revision is not None and version is not None:
             raise ValueError("Either a revision or a version must be specified, not both.")
-        self.repo_id, self.layer_name, self._revision, self._version = repo_id, layer_name, revision, version
+        # their __init__ refuses neither-version-nor-revision; the attributes are theirs
+        self._repo_id, self.layer_name, self._revision, self._version = repo_id, layer_name, revision, version
         self._trust_remote_code = list(trust_remote_code) if isinstance(trust_remote_code, list) else trust_remote_code
-        self._user_agent = user_agent
+        self._user_agent, self._check_arch = user_agent, check_arch
 
-    def load(self):
+    @classmethod
+    def of(cls, repo) -> "LayerRepository":
+        """nkihub's repository for a Hugging Face ``LayerRepository`` (same repo, pin and trust), so a mapping
+        written with theirs loads through nkihub's checks; any other repository is returned as it is."""
+        if isinstance(repo, LayerRepository) or not isinstance(repo, _HfLayerRepository):
+            return repo
+        return cls(repo._repo_id, layer_name=repo.layer_name, revision=repo._revision, version=repo._version,
+                   trust_remote_code=repo._trust_remote_code, user_agent=repo._user_agent)
+
+    @property
+    def repo_id(self) -> str:
+        return self._repo_id
+
+    def load_kernel(self):
+        """The kernel module (``kernels.get``)."""
         from .loading import get
 
-        return get(self.repo_id, version=self._version, revision=self._revision,
+        return get(self._repo_id, version=self._version, revision=self._revision,
                    trust_remote_code=self._trust_remote_code)
 
-    def _key(self):
-        trust = tuple(self._trust_remote_code) if isinstance(self._trust_remote_code, list) else self._trust_remote_code
-        return (type(self).__name__, self.repo_id, self.layer_name, self._revision, self._version, trust)
-
-    def __eq__(self, other):
-        return isinstance(other, LayerRepository) and self._key() == other._key()
-
-    def __hash__(self):
-        return hash(self._key())
+    def load(self):
+        """The layer class (an ``nn.Module`` subclass), as Hugging Face kernels' repositories return it."""
+        return layer_class(self.load_kernel(), self.layer_name)
 
     def __str__(self) -> str:
         pin = f"version {self._version}" if self._version is not None else f"revision {self._revision or 'newest'}"
-        return f"`{self.repo_id}` ({pin}), layer `{self.layer_name}`"
+        return f"`{self._repo_id}` ({pin}), layer `{self.layer_name}`"
 
 
 class LocalLayerRepository(LayerRepository):
@@ -107,7 +104,7 @@ class LocalLayerRepository(LayerRepository):
         super().__init__(str(repo_path), layer_name=layer_name)
         self.repo_path, self.package_name = Path(repo_path), package_name
 
-    def load(self):
+    def load_kernel(self):
         from .loading import get_local_kernel
 
         return get_local_kernel(self.repo_path)
@@ -121,7 +118,7 @@ class LibraryLayerRepository(LayerRepository):
     """A layer of an in-tree library kernel (``kernels.library``), by its Hub repo id; nothing is
     downloaded. This is what the default mapping uses."""
 
-    def load(self):
+    def load_kernel(self):
         from .library import LIBRARY
 
         if self.repo_id not in LIBRARY:
@@ -132,23 +129,7 @@ class LibraryLayerRepository(LayerRepository):
         return f"`{self.repo_id}` (in-tree library), layer `{self.layer_name}`"
 
 
-# ---- marking layers and mappings ---------------------------------------------------------------------
-def replace_kernel_forward_from_hub(cls, layer_name: str, condition=None):
-    """Make ``cls`` kernelizable under ``layer_name`` (for classes you cannot decorate). ``condition``
-    (as in Hugging Face kernels): called with each module at kernelize time; False keeps its forward."""
-    cls.kernel_layer_name = layer_name
-    # staticmethod: looked up through an instance it must not bind (it takes the module as its argument)
-    cls.kernel_condition = staticmethod(condition if condition is not None else lambda module: True)
-
-
-def use_kernel_forward_from_hub(layer_name: str, condition=None):
-    """Class decorator: make a layer kernelizable under ``layer_name`` (``condition`` as above)."""
-    def decorator(cls):
-        replace_kernel_forward_from_hub(cls, layer_name, condition)
-        return cls
-    return decorator
-
-
+# ---- mappings ------------------------------------------------------------------------------------------
 _KERNEL_MAPPING: ContextVar[dict] = ContextVar("_KERNEL_MAPPING", default={})
 
 
@@ -173,7 +154,8 @@ def register_kernel_mapping(mapping: dict, inherit_mapping: bool = True) -> None
     for layer_name, devices in mapping.items():
         entry = current.setdefault(layer_name, {})
         for dev, repos in devices.items():
-            entry[_device_key(dev)] = dict(repos) if isinstance(repos, dict) else {Mode.FALLBACK: repos}
+            repos = repos if isinstance(repos, dict) else {Mode.FALLBACK: repos}
+            entry[_device_key(dev)] = {m: LayerRepository.of(r) for m, r in repos.items()}
 
 
 @contextlib.contextmanager
@@ -246,7 +228,9 @@ def _restore(module) -> None:
     module.__dict__.pop("forward", None)  # the class's own forward again
 
 
-def _layer_class(kernel, layer_name: str):
+def layer_class(kernel, layer_name: str):
+    """The layer ``layer_name`` of the kernel module ``kernel``: its own ``layers.<layer_name>``, or for
+    transformers' vision layers the adapter of :mod:`nkihub.kernels.vit` bound to the kernel."""
     from . import vit
 
     if vit.knows(layer_name):  # the kernel's own layer (or one built for it) with nkihub's checks added
@@ -293,8 +277,7 @@ def _decide(module, layer_name: str, mapping: dict, mode: Mode, device: str):
     if repo is None:
         raise _Rejected(f"no kernel for mode {mode} (mapped modes: {', '.join(str(m) for m in repos)})")
     try:
-        kernel = repo.load()
-        layer = _layer_class(kernel, repo.layer_name)
+        layer = repo.load()
     except Exception as exc:  # a kernel that will not load is a reason, not a crash (use_fallback decides)
         raise _Rejected(f"loading {repo} failed: {type(exc).__name__}: {exc}") from exc
     _check_layer(layer, module, mode)

@@ -1,4 +1,5 @@
-"""Lock files: pin one commit per kernel dependency, in the Hugging Face kernels 0.17 format.
+"""Lock files: pin one commit per kernel dependency, in Hugging Face kernels' format (read and written by
+their ``KernelLocks``, so a lock file either tool writes, the other reads).
 
 ``pyproject.toml``::
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,21 +34,32 @@ class KernelLock:
     version: int | None = None  # the major version asked for, or None when pinned by revision
     revision: str | None = None
 
-    def to_json(self) -> dict:
-        dep = {"repo-id": self.repo_id}
-        if self.version is not None:
-            dep["version"] = self.version
-        else:
-            dep["revision"] = self.revision
-        return {"dependency": dep, "lock": {"commit": self.commit}}
+    def dependency(self):
+        """This lock's dependency as Hugging Face kernels' ``KernelDependency``."""
+        from kernels._rust import KernelDependency, KernelVersion
 
-    @staticmethod
-    def from_json(d: dict) -> "KernelLock":
-        dep, lock = d["dependency"], d["lock"]
-        commit = lock["commit"]
-        if not P.COMMIT_RE.match(commit):
-            raise ValueError(f"lock for {dep.get('repo-id')} has an invalid commit {commit!r}")
-        return KernelLock(P.check_repo_id(dep["repo-id"]), commit, dep.get("version"), dep.get("revision"))
+        version = KernelVersion.Version(self.version) if self.version is not None else \
+            KernelVersion.Revision(self.revision)
+        return KernelDependency(self.repo_id, version)
+
+
+def parse_locks(text: str, where: str) -> dict[str, KernelLock]:
+    """The locks of a ``kernels.lock`` text (parsed by Hugging Face kernels' ``KernelLocks``), by repo id;
+    ValueError naming ``where`` when it is not one."""
+    from kernels._rust import KernelLocks, KernelVersion
+
+    try:
+        locks = KernelLocks.from_json(text)
+    except ValueError as exc:
+        raise ValueError(f"{where} is not a kernels.lock file: {exc}") from exc
+    out = {}
+    for dep, lock in locks.items():
+        version = dep.version
+        out[P.check_repo_id(dep.repo_id)] = KernelLock(
+            dep.repo_id, str(lock.commit),
+            version=version.version if isinstance(version, KernelVersion.Version) else None,
+            revision=version.revision if isinstance(version, KernelVersion.Revision) else None)
+    return out
 
 
 def read_dependencies(project_dir: str | Path) -> dict:
@@ -93,14 +104,15 @@ def lock_kernels(project_dir: str | Path, *, endpoint: str | None = None,
 
 
 def write_lockfile(path: Path, locks: list[KernelLock]) -> None:
-    Path(path).write_text(json.dumps([lk.to_json() for lk in locks], indent=2) + "\n")
+    """Write ``locks`` to ``path`` as Hugging Face kernels writes a lock file."""
+    from kernels._rust import KernelLock as HfLock, KernelLocks
+
+    Path(path).write_text(KernelLocks({lk.dependency(): HfLock(lk.commit) for lk in locks}).to_json() + "\n")
 
 
 def read_lockfile(path: str | Path) -> dict[str, KernelLock]:
-    data = json.loads(Path(path).read_text())
-    if not isinstance(data, list):
-        raise ValueError(f"{path} is not a kernels.lock file (expected a JSON list)")
-    return {lk.repo_id: lk for lk in map(KernelLock.from_json, data)}
+    """The locks of the lock file at ``path``, by repo id."""
+    return parse_locks(Path(path).read_text(), str(path))
 
 
 def _caller_lockfile_text() -> str | None:
@@ -126,7 +138,7 @@ def locked_commit(repo_id: str, lockfile: str | Path | None = None) -> str:
     else:
         text = _caller_lockfile_text()
         if text is not None:
-            locks = {lk.repo_id: lk for lk in map(KernelLock.from_json, json.loads(text))}
+            locks = parse_locks(text, "the caller's kernels.lock")
         elif Path(LOCKFILE).is_file():
             locks = read_lockfile(LOCKFILE)
         else:

@@ -1,28 +1,33 @@
-"""Which build variant of a kernel repo runs here, and why the others do not.
+"""Which build variant of a kernel repo runs here, and why the others do not: Hugging Face kernels' rules.
 
-nkihub publishes pure-Python ("noarch") variants in the Hugging Face layout: ``torch-neuron``
-(hands the kernel to the Neuron toolchain) and ``torch-cpu`` (runs it on the simulator). On a
-machine with Neuron (``torch_neuronx`` importable) the preference is neuron, then cpu; elsewhere
-only cpu. Compiled variants (``torch28-cxx11-cu128-x86_64-linux`` ...) are reported, never chosen.
+The resolution is theirs (``kernels`` 0.19: a variant name is parsed and accepted or rejected for this
+system's backend, torch version, CPU and OS, then ordered by preference), so ``kernels.get`` here and their
+``get_kernel`` choose the same build: ``torch-neuron`` where ``torch.neuron`` exists (what ``torch_neuronx``
+creates), ``torch-cpu`` elsewhere, ``torch-universal`` anywhere. nkihub adds one rule of its own: it loads a
+package from the bytes it verified, so a compiled (arch) build, even one matching this machine, is reported
+and never chosen. The decisions are records (:class:`VariantSelection`) that a user can print.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from dataclasses import dataclass
 from typing import Iterable
 
 KNOWN_BACKENDS = ("neuron", "cpu")
 PUBLISHED_VARIANTS = ("torch-neuron", "torch-cpu")
+COMPILED = "compiled (arch) build; nkihub loads only pure-Python variants"
 
 
 def neuron_available() -> bool:
-    return importlib.util.find_spec("torch_neuronx") is not None
+    """True where Hugging Face kernels sees a Neuron backend: ``torch.neuron`` exists."""
+    import torch
+
+    return hasattr(torch, "neuron")
 
 
 def system_backends() -> tuple[str, ...]:
-    """Backends usable here, most preferred first."""
+    """Backends whose builds can load here, most preferred first."""
     return ("neuron", "cpu") if neuron_available() else ("cpu",)
 
 
@@ -79,34 +84,36 @@ class NoCompatibleVariantError(FileNotFoundError):
 
 
 def select_variant(available: Iterable[str], backend: str | None = None) -> VariantSelection:
-    """Decide for each variant name whether it can run here and order the usable ones.
+    """Decide for each variant name (``torch-cpu``, ``torch-neuron``, ``torch28-cxx11-cu128-x86_64-linux``
+    ...) whether it can load here, by Hugging Face kernels' rules, and order the usable ones.
 
-    ``backend`` (``"cpu"`` or ``"neuron"``) restricts the choice to that backend, as the
-    ``backend=`` argument of Hugging Face kernels does.
+    ``backend`` (``"cpu"`` or ``"neuron"``) restricts the choice to that backend, as the ``backend=``
+    argument of their ``get_kernel`` does; a backend this machine lacks rejects every variant, saying so.
     """
-    usable = system_backends()
-    if backend is not None:
-        if backend not in KNOWN_BACKENDS:
-            raise ValueError(f"Invalid backend {backend!r}, supported backends: {', '.join(KNOWN_BACKENDS)}")
-        usable = tuple(b for b in usable if b == backend)
-    accepted, rejected = [], []
+    from kernels._internals.variants import NoarchVariant, VariantAccepted, parse_variant, resolve_variants
+
+    if backend is not None and backend not in KNOWN_BACKENDS:
+        raise ValueError(f"Invalid backend {backend!r}, supported backends: {', '.join(KNOWN_BACKENDS)}")
+    parsed, rejected = [], []
     for name in sorted(set(available)):
-        parts = name.split("-")
-        if parts[0] == "torch" and len(parts) >= 2:
-            b = "-".join(parts[1:])
-            if b == "universal":
-                accepted.append((len(usable), Decision(name, True, "universal pure-Python build")))
-            elif b in usable:
-                accepted.append((usable.index(b), Decision(name, True, f"backend {b} is available")))
-            elif b == "neuron" and backend in (None, "neuron"):
-                rejected.append(Decision(name, False, "backend neuron is not available (torch_neuronx not importable)"))
-            elif backend is not None and b in KNOWN_BACKENDS:
-                rejected.append(Decision(name, False, f"backend {b} not requested (backend={backend!r})"))
-            else:
-                rejected.append(Decision(name, False, f"backend {b} is not supported by nkihub"))
-        elif name.startswith("torch") or name.startswith("tvm-ffi"):
-            rejected.append(Decision(name, False, "compiled (arch) build; nkihub loads only pure-Python variants"))
+        try:
+            parsed.append(parse_variant(name))
+        except ValueError as exc:
+            rejected.append(Decision(name, False, f"not a build variant name ({exc})"))
+    try:
+        _, trace = resolve_variants(parsed, backend)
+    except ValueError as exc:  # a backend this machine does not have
+        trace = None
+        rejected = [Decision(v.variant_str, False, str(exc)) for v in parsed] + rejected
+    accepted = []
+    for d in trace or ():
+        name = d.variant.variant_str
+        if not isinstance(d, VariantAccepted):
+            rejected.append(Decision(name, False, d.reason))
+        elif isinstance(d.variant, NoarchVariant):
+            backend_name = d.variant.backend.backend_name
+            why = "universal pure-Python build" if backend_name == "universal" else f"backend {backend_name} is available"
+            accepted.append(Decision(name, True, why))
         else:
-            rejected.append(Decision(name, False, "not a build variant name"))
-    ordered = [d for _, d in sorted(accepted, key=lambda t: t[0])] + rejected
-    return VariantSelection(tuple(ordered))
+            rejected.append(Decision(name, False, COMPILED))
+    return VariantSelection(tuple(accepted + rejected))

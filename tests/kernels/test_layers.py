@@ -3,7 +3,6 @@ original, call counts prove the kernels ran, and the report says what was replac
 from __future__ import annotations
 
 import importlib
-import types
 
 import pytest
 import torch
@@ -179,17 +178,17 @@ class DoubleIt(nn.Module):
 
 
 class _FakeRepo:
-    """A LayerRepositoryProtocol whose kernel module has ``layers`` (the Hub way)."""
+    """Hugging Face kernels' repository protocol: ``load()`` returns the layer class."""
 
     def __init__(self, layer_name, *, has_backward=True, can_torch_compile=False):
         self.layer_name = layer_name
         layer = type(layer_name, (nn.Module,), {"forward": lambda self, x: x * 2 + 0.5,
                                                 "has_backward": has_backward,
                                                 "can_torch_compile": can_torch_compile})
-        self.module = types.SimpleNamespace(layers=types.SimpleNamespace(**{layer_name: layer}))
+        self.layer = layer
 
     def load(self):
-        return self.module
+        return self.layer
 
     def __str__(self):
         return f"fake layer {self.layer_name}"

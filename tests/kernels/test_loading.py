@@ -8,6 +8,7 @@ import logging
 import subprocess
 import sys
 import textwrap
+import types
 
 import pytest
 import torch
@@ -34,7 +35,7 @@ def test_get_newest_version_says_so(kernels_env, make_kernel, caplog):
     info = mod.__kernel_info__
     assert info.variant == "torch-cpu" and info.revision == "v2" and len(info.commit) == 40
     assert [d.variant for d in info.selection.rejected] == ["torch-neuron"]
-    assert "torch_neuronx not importable" in str(info)
+    assert "backend (neuron) does not match system backend (cpu)" in str(info)  # Hugging Face kernels' rule
 
 
 def test_two_versions_load_side_by_side(kernels_env, make_kernel):
@@ -86,22 +87,29 @@ def test_no_compatible_variant_explains_each_rejection(kernels_env):
     with pytest.raises(NoCompatibleVariantError) as e:
         kernels.get("neuron/cuda-only", version=1)
     msg = str(e.value)
-    assert "torch28-cxx11-cu128-x86_64-linux" in msg and "compiled (arch) build" in msg
-    assert "torch-rocm" in msg and "backend rocm is not supported" in msg
+    assert "torch28-cxx11-cu128-x86_64-linux" in msg and "Torch version (2.8) does not match" in msg
+    assert "torch-rocm" in msg and "backend (rocm) does not match system backend (cpu)" in msg
     assert isinstance(e.value, FileNotFoundError)
     assert not kernels.has_kernel("neuron/cuda-only", version=1)
 
 
-def test_variant_order_prefers_neuron_when_available(monkeypatch):
-    import nkihub.kernels.variants as V
+def test_variant_order_follows_hugging_face_kernels(monkeypatch):
+    """Their rules: torch-neuron where torch.neuron exists (what torch_neuronx creates; a stand-in module here),
+    torch-cpu elsewhere or when asked for, torch-universal anywhere; a compiled build that matches this
+    machine is still refused by nkihub, which imports only pure-Python packages from verified bytes."""
+    import torch
 
-    monkeypatch.setattr(V, "neuron_available", lambda: True)
+    monkeypatch.setattr(torch, "neuron", types.ModuleType("torch.neuron"), raising=False)
     assert select_variant(["torch-cpu", "torch-neuron"]).chosen == "torch-neuron"
     assert select_variant(["torch-cpu", "torch-neuron"], backend="cpu").chosen == "torch-cpu"
-    monkeypatch.setattr(V, "neuron_available", lambda: False)
+    monkeypatch.delattr(torch, "neuron")
     sel = select_variant(["torch-cpu", "torch-neuron", "torch-universal"])
     assert [d.variant for d in sel.decisions if d.accepted] == ["torch-cpu", "torch-universal"]
     assert select_variant(["torch-neuron"]).chosen is None
+    assert "Invalid backend 'neuron'" in select_variant(["torch-neuron"], backend="neuron").table()
+    major, minor = torch.__version__.split(".")[:2]
+    native = f"torch{major}{minor}-cxx11-cpu-x86_64-linux"
+    assert "nkihub loads only pure-Python variants" in select_variant([native]).table()
 
 
 def test_has_kernel(kernels_env, make_kernel):

@@ -75,7 +75,8 @@ def test_layer_repository_takes_hugging_face_arguments(kernels_env, tmp_path):
     snap = snapshot_download("neuron/gelu-mlp", repo_type="kernel", revision="v1", endpoint=kernels_env.url,
                              local_dir=tmp_path / "snap")
     local = LocalLayerRepository(snap, layer_name="ViTMLP")  # no package_name, as theirs
-    assert local.load().layers.ViTMLP.__name__ == "ViTMLP"
+    assert local.load_kernel().layers.ViTMLP.__name__ == "ViTMLP"
+    assert issubclass(local.load(), torch.nn.Module)  # load() gives the layer class, as theirs does
 
 
 def test_a_layer_condition_keeps_the_modules_it_rejects():
@@ -92,12 +93,11 @@ def test_a_layer_condition_keeps_the_modules_it_rejects():
         def forward(self, x):
             return x * self.factor
 
-    class Repo:
+    class Repo:  # Hugging Face kernels' repository protocol: load() returns the layer class
         layer_name = "Scale"
 
         def load(self):
-            layer = type("Scale", (nn.Module,), {"forward": lambda self, x: x * self.factor + 100})
-            return type("K", (), {"layers": type("L", (), {"Scale": layer})})
+            return type("Scale", (nn.Module,), {"forward": lambda self, x: x * self.factor + 100})
 
     model = nn.Sequential(Scale(2), Scale(3))
     with use_kernel_mapping({"Scale": {"cpu": Repo()}}, inherit_mapping=False):
