@@ -10,7 +10,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "api_coverage.md"
 
 
 def test_committed_table_is_current():
-    assert DOC.read_text() == coverage.render(), "regenerate: python -m nki.compat.coverage > docs/api_coverage.md"
+    assert DOC.read_text() == coverage.render(), "regenerate: python -m nkihub.nki.compat.coverage > docs/api_coverage.md"
 
 
 def test_inventory_covers_both_dialects():
