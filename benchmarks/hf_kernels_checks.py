@@ -1,12 +1,16 @@
-"""The checks of hf_kernels_interop.py, run inside the Hugging Face ``kernels`` venv (no nkihub ``kernels``).
+"""The checks of hf_kernels_interop.py, run inside its venv: Hugging Face ``kernels`` (``import kernels`` is
+theirs), transformers, torch and nkihub installed from its wheel, nothing on ``PYTHONPATH``. Every load
+below goes through their loader; nkihub is there as the NKI installation the repos' code imports
+(``import nki``, answered by nkihub's stand-in) and is never asked to load anything.
 
-    python hf_kernels_checks.py '<json: repo id -> snapshot dir>' PROJECT_DIR
+    python hf_kernels_checks.py '<json: repo id -> snapshot dir>' PROJECT_DIR KERNELS_VERSION
 
-Prints ``ok``/``FAIL`` per check and "N of M checks pass"; exits 0 when all pass, else 1.
+Prints ``ok``/``FAIL`` per check and "N of M checks pass"; exits 0 when all pass, else 1. env_check.py
+reuses :func:`compute` and :func:`kernelized` (imported from this file inside its own venv).
 """
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -80,34 +84,27 @@ def compute(repo: str, k) -> str:
 
 
 def computed(repo: str, load) -> callable:
+    """A check: ``load()`` gives the kernel module, which computes like torch and is not nkihub's own
+    library package (their loader imported the repo's build)."""
     def run():
         k = load()
+        if _inside_nkihub(k.__file__):
+            raise AssertionError(f"{repo} was loaded from nkihub's own package {k.__file__}")
         return f"{compute(repo, k)}; module {k.__name__}"
     return run
 
 
+def _inside_nkihub(path: str) -> bool:
+    import nkihub
+
+    return Path(path).resolve().is_relative_to(Path(nkihub.__file__).resolve().parent)
+
+
 def locked(repo: str, lockfile: Path):
-    """load_kernel after `kernels download`. kernels 0.17.2 (not 0.19.1) asks huggingface_hub for the whole cached
-    snapshot of the locked commit (no allow_patterns) while `kernels download` fetched one variant, and
-    huggingface_hub >= 2.2 refuses a snapshot its cached tree listing shows incomplete
-    (IncompleteSnapshotError, for any Hub): the first attempt says so, then the snapshot is completed
-    with huggingface_hub and the load retried."""
-    from huggingface_hub import snapshot_download
-    from nkihub.kernels import load_kernel
+    """Their ``load_kernel`` from the cache filled by ``kernels download``, at the commit the lock file pins."""
+    from kernels import load_kernel
 
-    try:
-        return load_kernel(repo, lockfile=lockfile)
-    except FileNotFoundError as exc:
-        if "IncompleteSnapshotError" not in repr(exc.__cause__):
-            raise
-        UPSTREAM.add(type(exc.__cause__).__name__)
-    commit = json.loads(lockfile.read_text())
-    commit = next(e["lock"]["commit"] for e in commit if e["dependency"]["repo-id"] == repo)
-    snapshot_download(repo, repo_type="kernel", revision=commit)
     return load_kernel(repo, lockfile=lockfile)
-
-
-UPSTREAM: set[str] = set()
 
 
 # ---- kernelize: Hugging Face's, with the kernel's own layer -------------------------------------------------
@@ -157,9 +154,14 @@ LAYERS = {"neuron/vit-attn": "ViTAttention", "neuron/flash-attn": "ViTAttention"
           "neuron/rmsnorm": "RMSNorm", "neuron/softmax": "Softmax"}
 
 
-def kernelized(repo: str):
+def kernelized(repo: str, through_transformers: bool = False):
+    """A check: their ``kernelize`` puts the repo's layer (``LAYERS[repo]``) into a small model, whose output
+    then matches its own, with at least one kernel call per replaced layer. ``through_transformers``: call
+    transformers' own wrapper (``transformers.integrations.hub_kernels.kernelize`` with a ``KernelConfig``, as
+    ``PreTrainedModel.set_use_kernels`` does; it falls back silently on any error, so the call count is what
+    shows the kernel ran) instead of ``kernels.kernelize``; the model must then be a transformers model."""
     def run():
-        from nkihub.kernels import LayerRepository, Mode, get_kernel, kernelize, replace_kernel_forward_from_hub, \
+        from kernels import LayerRepository, Mode, get_kernel, kernelize, replace_kernel_forward_from_hub, \
             use_kernel_mapping
 
         name = LAYERS[repo]
@@ -172,8 +174,15 @@ def kernelized(repo: str):
                 out = model(x)
                 want = out if isinstance(out, torch.Tensor) else out.last_hidden_state
             mapping = {name: {"cpu": LayerRepository(repo, layer_name=name, version=1)}}
-            with use_kernel_mapping(mapping, inherit_mapping=False):
-                kernelize(model, mode=Mode.INFERENCE, device="cpu")
+            if through_transformers:
+                from transformers import KernelConfig
+                from transformers.integrations.hub_kernels import kernelize as transformers_kernelize
+
+                transformers_kernelize(model, mode=Mode.INFERENCE,
+                                       kernel_config=KernelConfig(kernel_mapping=mapping, inherit_mapping=False))
+            else:
+                with use_kernel_mapping(mapping, inherit_mapping=False):
+                    kernelize(model, mode=Mode.INFERENCE, device="cpu")
             kernel = get_kernel(repo, version=1)
             replaced = [m for m in model.modules() if isinstance(m, cls)
                         and getattr(m.forward, "__func__", None) is getattr(kernel.layers, name).forward]
@@ -204,22 +213,34 @@ def cli(*args: str, expect: str) -> callable:
     return run
 
 
+def environment(kernels, expected: str) -> str:
+    """``kernels`` is Hugging Face's ``expected`` release from this venv's site-packages; nkihub is an ordinary
+    install of its wheel (not the checkout, not editable); ``import nki`` is nkihub's stand-in, the NKI
+    installation the repos' code imports here."""
+    import nki
+    import nkihub
+
+    site = Path(torch.__file__).resolve().parent.parent
+    theirs = Path(kernels.__file__).resolve().parent
+    if kernels.__version__ != expected or not hasattr(kernels, "get_kernel_variants") or theirs != site / "kernels":
+        raise AssertionError(f"kernels is {kernels.__file__} {kernels.__version__}")
+    ours = Path(nkihub.__file__).resolve().parent
+    if ours != site / "nkihub":
+        raise AssertionError(f"nkihub is imported from {ours}, not from {site}")
+    if nki.__name__ != "nkihub.nki":
+        raise AssertionError(f"import nki gives {nki.__name__} from {nki.__file__}")
+    return (f"Hugging Face kernels {kernels.__version__} and nkihub {importlib.metadata.version('nkihub')} in "
+            f"{site}; torch {torch.__version__}; nki is nkihub's stand-in")
+
+
 def main() -> int:
     snapshots = json.loads(sys.argv[1])
     project = Path(sys.argv[2])
     expected = sys.argv[3]
-    from nkihub import kernels
+    import kernels
 
-    def environment():
-        if kernels.__version__ != expected or not hasattr(kernels, "get_kernel_variants"):
-            raise AssertionError(f"kernels is {kernels.__file__} {kernels.__version__}")
-        missing = [m for m in ("hub_client", "nkihub.kernels.library", "nkihub.kernels.torch_ops") if _findable(m)]
-        if missing:
-            raise AssertionError(f"nkihub modules importable here: {missing}")
-        import nki  # noqa: F401  (the NKI installation: nkihub's nki + simulator only)
-        return f"Hugging Face kernels {kernels.__version__}, torch {torch.__version__}, nki from {Path(nki.__file__).parent}"
-
-    check("environment: Hugging Face kernels, torch and nki only", environment)
+    check("environment: Hugging Face kernels, nkihub installed from its wheel, nki its stand-in",
+          lambda: environment(kernels, expected))
     for repo in snapshots:
         check(f"kernels versions {repo}", cli("versions", repo, expect="torch-cpu compatible"))
     project.mkdir(parents=True, exist_ok=True)
@@ -229,7 +250,7 @@ def main() -> int:
     check("kernels lock (all 8)", cli("lock", str(project), expect=""))
     check("kernels download (all 8)", cli("download", str(project), expect=""))
 
-    from nkihub.kernels import get_kernel, get_local_kernel, load_kernel
+    from kernels import get_kernel, get_local_kernel
 
     for repo, snapshot in snapshots.items():
         check(f"{repo}: get_kernel(version=1), trusted org", computed(repo, lambda: get_kernel(repo, version=1)))
@@ -238,20 +259,9 @@ def main() -> int:
         check(f"{repo}: get_local_kernel(snapshot)", computed(repo, lambda: get_local_kernel(Path(snapshot))))
         check(f"{repo}: load_kernel(lockfile)", computed(repo, lambda: locked(repo, project / "kernels.lock")))
         check(f"{repo}: kernelize {LAYERS[repo]}", kernelized(repo))
-    if UPSTREAM:
-        print(f"\nnote: load_kernel right after `kernels download` raised {', '.join(sorted(UPSTREAM))} "
-              f"(Hugging Face kernels {expected} with huggingface_hub >= 2.2, not specific to this Hub); "
-              "passed once the cached snapshot was completed")
     passed = sum(ok for _, ok, _ in RESULTS)
     print(f"\n{passed} of {len(RESULTS)} checks pass")
     return 0 if passed == len(RESULTS) else 1
-
-
-def _findable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
 
 
 if __name__ == "__main__":

@@ -1,25 +1,27 @@
 """Interop check: the 8 library kernels, published by nkihub, load and compute with Hugging Face's own
-``kernels`` (0.19.1 by default, the release transformers 5.25 requires; ``--kernels`` picks another) in an
-environment that has no nkihub ``kernels`` package.
+``kernels`` (0.19.1, the release transformers 5.25 requires) in a separate venv where nkihub is installed
+as an ordinary package from its wheel.
 
-1. start the local Hub in-process and publish every library kernel (``kernels.publish_kernel``);
-   download each ``v1`` snapshot (for ``get_local_kernel``);
-2. create a venv (or reuse ``--venv``) with that ``kernels`` from the package index; torch 2.13.0
-   (and transformers, numpy, ml_dtypes) come from this venv through a ``.pth`` line appended after the
-   venv's own packages, and only nkihub's ``nki`` and ``simulator`` packages are put on its path (a
-   directory of two symlinks), standing in for an NKI installation: ``import kernels`` there is
-   Hugging Face's, and ``hub_client`` does not exist;
-3. in that venv, with ``HF_ENDPOINT`` pointing at the local Hub: their CLI ``kernels versions`` for each
-   kernel, ``kernels lock`` and ``kernels download`` for a project depending on all 8; then for each
-   kernel ``get_kernel(repo, version=1)`` (trusted through the Hub's organization overview),
-   ``get_kernel(..., trust_remote_code=True)``, ``get_local_kernel(snapshot)``, ``load_kernel(repo,
-   lockfile=...)``, each computing against torch, and their ``kernelize`` on a small transformers model
-   (a ViT; a Llama for RMSNorm) with the kernel's layer, compared with the model's own output.
+1. build nkihub's wheel from this checkout; create a venv (or reuse ``--venv``) and pip-install there, in
+   one resolution, torch 2.13.0, transformers 5.25.0, Hugging Face ``kernels`` and that wheel (nothing on
+   ``PYTHONPATH``, no path tricks: ``import kernels`` there is theirs, ``import nki`` is nkihub's stand-in,
+   the NKI installation the repos' code imports);
+2. run the local Hub from that venv (``nkihub serve`` on 127.0.0.1, ``neuron`` a trusted publisher) and
+   publish every library kernel to it (``nkihub.kernels.publish_kernel`` from this checkout); download each
+   ``v1`` snapshot (for ``get_local_kernel``);
+3. in the venv, with ``HF_ENDPOINT`` pointing at the Hub (hf_kernels_checks.py): the environment; their CLI
+   ``kernels versions`` for each kernel, ``kernels lock`` and ``kernels download`` for a project depending
+   on all 8; then for each kernel their ``get_kernel(repo, version=1)`` (trusted through the Hub's
+   organization overview), ``get_kernel(..., trust_remote_code=True)``, ``get_local_kernel(snapshot)``,
+   ``load_kernel(repo, lockfile=...)``, each computing against torch from the repo's build (not from
+   nkihub's own library package), and their ``kernelize`` on a small transformers model (a ViT; a Llama for
+   RMSNorm) with the kernel's layer, compared with the model's own output and the kernel's call count.
 
-Prints one line per check and "N of M checks pass"; exits non-zero unless all pass. Needs the package
-index for step 2 unless ``--venv`` points at a ready environment.
+Prints one line per check and "N of M checks pass" (51); exits non-zero unless all pass. Needs the package
+index for step 1 (about a minute) unless ``--venv`` names a ready environment (then only the wheel is
+reinstalled). Run from the dev venv:
 
-    .venv/bin/python benchmarks/hf_kernels_interop.py [--kernels 0.19.1] [--venv /tmp/hfk-venv] [--keep]
+    .venv/bin/python benchmarks/hf_kernels_interop.py [--venv /tmp/hfk-venv] [--keep]
 """
 
 from __future__ import annotations
@@ -27,51 +29,27 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import shutil
-import subprocess
 import sys
-import sysconfig
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-HF_KERNELS = "0.19.1"    # the kernels release transformers 5.25 requires (>=0.19.1,<0.20)
-CHECKS = Path(__file__).with_name("hf_kernels_checks.py")  # runs inside the Hugging Face venv
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # hf_env beside this file, run as a script
 
+import hf_env  # noqa: E402
 
-def make_venv(path: Path, version: str) -> Path:
-    """A venv with Hugging Face kernels ``version`` (installed unless the venv has it); this venv's packages
-    (torch ...) appended, nki + simulator on the path."""
-    py = path / "bin" / "python"
-    if not py.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-    have = subprocess.run([str(py), "-c", "from importlib.metadata import version; print(version('kernels'))"],
-                          text=True, capture_output=True).stdout.strip()
-    if have != version:
-        subprocess.run([str(py), "-m", "pip", "install", "-q", f"kernels=={version}"], check=True)
-    site = Path(subprocess.check_output([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                        text=True).strip())
-    nki_only = path / "nki-installation"
-    nki_only.mkdir(exist_ok=True)
-    for name in ("nki", "simulator"):
-        link = nki_only / name
-        if not link.exists():
-            link.symlink_to(ROOT / name)
-    # .pth lines are appended to sys.path in order, after the venv's own site-packages: Hugging Face's
-    # kernels and huggingface_hub win; a path added this way has its own .pth files ignored, so nkihub's
-    # editable install (a .pth naming the repo) does not come along
-    (site / "nkihub_nki_and_torch.pth").write_text(f"{nki_only}\n{sysconfig.get_paths()['purelib']}\n")
-    return py
+CHECKS = Path(__file__).with_name("hf_kernels_checks.py")  # runs inside the venv
 
 
 def publish_library(hub_url: str, work: Path) -> dict[str, str]:
-    """Publish every library kernel; returns repo id -> local snapshot directory of v1."""
+    """Publish every library kernel of this checkout; returns repo id -> local snapshot directory of v1."""
     from huggingface_hub import snapshot_download
+    from huggingface_hub.utils import disable_progress_bars
 
     from nkihub import kernels
     from nkihub.kernels.library import LIBRARY
 
+    disable_progress_bars()
     snapshots = {}
     for repo, module in LIBRARY.items():
         package_dir = Path(importlib.import_module(module).__file__).parent
@@ -83,25 +61,23 @@ def publish_library(hub_url: str, work: Path) -> dict[str, str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--venv", type=Path, default=None, help="reuse (or create) this venv for Hugging Face kernels")
+    ap.add_argument("--venv", type=Path, default=None, help="reuse (or create) this venv")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    ap.add_argument("--kernels", default=HF_KERNELS, help=f"Hugging Face kernels version (default {HF_KERNELS})")
+    ap.add_argument("--kernels", default=hf_env.HF_KERNELS,
+                    help=f"Hugging Face kernels version (default {hf_env.HF_KERNELS}; nkihub requires >=0.19.1)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="nkihub-interop-"))
     try:
-        from nkihub.hub_client.server import serve_in_background
-
-        with serve_in_background(work / "hub", trusted_publishers=("neuron",)) as hub:
-            snapshots = publish_library(hub.url, work)
-            py = make_venv(args.venv or work / "venv", args.kernels)
-            env = {k: v for k, v in os.environ.items()
-                   if k not in ("PYTHONPATH", "KERNELS_CACHE", "LOCAL_KERNELS", "HF_TOKEN", "HF_HUB_OFFLINE")}
-            # not HF_HUB_DISABLE_TELEMETRY: with it, kernels 0.17.2 (not 0.19.1) sends a User-Agent ending in "; ",
-            # which httpx refuses as an illegal header value
-            env.pop("HF_HUB_DISABLE_TELEMETRY", None)
-            env.update(HF_ENDPOINT=hub.url, HF_HUB_CACHE=str(work / "hf-cache"), HF_HUB_DISABLE_PROGRESS_BARS="1")
-            proc = subprocess.run([str(py), str(CHECKS), json.dumps(snapshots), str(work / "project"), args.kernels],
-                                  env=env, cwd=work, text=True, capture_output=True, timeout=3000)
+        wheel = hf_env.build_wheel(work / "dist")
+        print(f"built {wheel.name}", flush=True)
+        venv = hf_env.interop_venv(args.venv or work / "venv", wheel, args.kernels)
+        (work / "hub").mkdir()
+        with hf_env.hub_process(venv, work / "hub") as url:
+            snapshots = publish_library(url, work)
+            env = hf_env.clean_env(HF_ENDPOINT=url, HF_HUB_CACHE=str(work / "hf-cache"),
+                                   HF_HUB_DISABLE_PROGRESS_BARS="1")
+            proc = venv.run(CHECKS, json.dumps(snapshots), work / "project", args.kernels, env=env, timeout=3000,
+                            check=False)
         print(proc.stdout, end="")
         if proc.returncode not in (0, 1):
             print(proc.stderr[-4000:])

@@ -49,6 +49,28 @@ def test_matmul_rmsnorm_softmax_layers_compute_like_the_modules_they_replace():
         assert sum(calls.values()) >= 1, repo
 
 
+def test_rmsnorm_layer_replaces_transformers_llama_rmsnorm():
+    """Hugging Face kernels' kernelize swaps LlamaRMSNorm's forward (transformers marks the class "RMSNorm")
+    for neuron/rmsnorm's ``layers.RMSNorm.forward``: same signature, read from the module's ``weight`` and
+    ``variance_epsilon`` (a large eps, so the layer's own default would show), same output, one kernel call."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    layer = importlib.import_module(LIBRARY["neuron/rmsnorm"]).layers.RMSNorm
+    assert LlamaRMSNorm.kernel_layer_name == layer.__name__ == "RMSNorm"
+    assert (list(inspect.signature(layer.forward).parameters)
+            == list(inspect.signature(LlamaRMSNorm.forward).parameters))
+    torch.manual_seed(0)
+    norm = LlamaRMSNorm(64, eps=0.5)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(64))
+    x = torch.randn(2, 7, 64)
+    with torch.no_grad(), count_calls() as calls:
+        got = layer.forward(norm, x)
+        want = norm(x)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert sum(calls.values()) == 1
+
+
 def test_layer_repository_takes_hugging_face_arguments(kernels_env, tmp_path):
     """A mapping written for Hugging Face kernels (LayerRepository with version and trust_remote_code, a
     "cuda" entry) kernelizes a ViTMLP with neuron/gelu-mlp fetched from the Hub, unchanged."""
