@@ -1,4 +1,5 @@
-"""The checks of hf_kernels_interop.py, run inside the Hugging Face ``kernels`` venv (no nkihub ``kernels``).
+"""The checks of hf_kernels_interop.py, run inside the Hugging Face ``kernels`` venv (``kernels`` is Hugging
+Face's; of nkihub only ``nkihub.nki`` and ``nkihub.simulator``, behind the top-level ``nki``, are there).
 
     python hf_kernels_checks.py '<json: repo id -> snapshot dir>' PROJECT_DIR
 
@@ -93,7 +94,7 @@ def locked(repo: str, lockfile: Path):
     (IncompleteSnapshotError, for any Hub): the first attempt says so, then the snapshot is completed
     with huggingface_hub and the load retried."""
     from huggingface_hub import snapshot_download
-    from nkihub.kernels import load_kernel
+    from kernels import load_kernel
 
     try:
         return load_kernel(repo, lockfile=lockfile)
@@ -159,7 +160,7 @@ LAYERS = {"neuron/vit-attn": "ViTAttention", "neuron/flash-attn": "ViTAttention"
 
 def kernelized(repo: str):
     def run():
-        from nkihub.kernels import LayerRepository, Mode, get_kernel, kernelize, replace_kernel_forward_from_hub, \
+        from kernels import LayerRepository, Mode, get_kernel, kernelize, replace_kernel_forward_from_hub, \
             use_kernel_mapping
 
         name = LAYERS[repo]
@@ -208,12 +209,13 @@ def main() -> int:
     snapshots = json.loads(sys.argv[1])
     project = Path(sys.argv[2])
     expected = sys.argv[3]
-    from nkihub import kernels
+    import kernels
 
     def environment():
         if kernels.__version__ != expected or not hasattr(kernels, "get_kernel_variants"):
             raise AssertionError(f"kernels is {kernels.__file__} {kernels.__version__}")
-        missing = [m for m in ("hub_client", "nkihub.kernels.library", "nkihub.kernels.torch_ops") if _findable(m)]
+        missing = [m for m in ("nkihub.kernels", "nkihub.hub_client", "hub_client", "kernels.library", "kernels.torch_ops")
+                   if _findable(m)]
         if missing:
             raise AssertionError(f"nkihub modules importable here: {missing}")
         import nki  # noqa: F401  (the NKI installation: nkihub's nki + simulator only)
@@ -229,7 +231,7 @@ def main() -> int:
     check("kernels lock (all 8)", cli("lock", str(project), expect=""))
     check("kernels download (all 8)", cli("download", str(project), expect=""))
 
-    from nkihub.kernels import get_kernel, get_local_kernel, load_kernel
+    from kernels import get_kernel, get_local_kernel, load_kernel
 
     for repo, snapshot in snapshots.items():
         check(f"{repo}: get_kernel(version=1), trusted org", computed(repo, lambda: get_kernel(repo, version=1)))

@@ -2,13 +2,15 @@
 ``kernels`` (0.19.1 by default, the release transformers 5.25 requires; ``--kernels`` picks another) in an
 environment that has no nkihub ``kernels`` package.
 
-1. start the local Hub in-process and publish every library kernel (``kernels.publish_kernel``);
+1. start the local Hub in-process and publish every library kernel (``nkihub.kernels.publish_kernel``);
    download each ``v1`` snapshot (for ``get_local_kernel``);
 2. create a venv (or reuse ``--venv``) with that ``kernels`` from the package index; torch 2.13.0
    (and transformers, numpy, ml_dtypes) come from this venv through a ``.pth`` line appended after the
-   venv's own packages, and only nkihub's ``nki`` and ``simulator`` packages are put on its path (a
-   directory of two symlinks), standing in for an NKI installation: ``import kernels`` there is
-   Hugging Face's, and ``hub_client`` does not exist;
+   venv's own packages, and of nkihub only ``nkihub.nki`` and ``nkihub.simulator`` are put on its path (a
+   ``nkihub`` folder of symlinks: its ``__init__``, ``aliases``, ``nki``, ``simulator`` and ``_toplevel``,
+   whose ``nki`` stand-in is appended to the path as nkihub-aliases.pth does), standing in for an NKI
+   installation: ``import kernels`` there is Hugging Face's, and ``nkihub.kernels`` and
+   ``nkihub.hub_client`` do not exist;
 3. in that venv, with ``HF_ENDPOINT`` pointing at the local Hub: their CLI ``kernels versions`` for each
    kernel, ``kernels lock`` and ``kernels download`` for a project depending on all 8; then for each
    kernel ``get_kernel(repo, version=1)`` (trusted through the Hub's organization overview),
@@ -38,11 +40,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 HF_KERNELS = "0.19.1"    # the kernels release transformers 5.25 requires (>=0.19.1,<0.20)
 CHECKS = Path(__file__).with_name("hf_kernels_checks.py")  # runs inside the Hugging Face venv
+# what of nkihub the Hugging Face venv gets: the language and the simulator, and the top-level nki stand-in
+NKI_ONLY = ("__init__.py", "aliases.py", "nki", "simulator", "_toplevel")
+
+
+def nki_installation(folder: Path) -> list[Path]:
+    """(Re)build ``folder`` as the NKI installation the Hugging Face venv gets: a ``nkihub`` package of
+    symlinks to this checkout's ``NKI_ONLY`` entries (no ``kernels``, ``hub_client`` or ``cli``). Returns
+    the path entries it needs, in order: the folder first, then ``nkihub/_toplevel`` (the top-level
+    ``nki`` stand-in), which goes last, after site-packages, as nkihub-aliases.pth puts it."""
+    shutil.rmtree(folder, ignore_errors=True)   # rebuilt each time: a reused venv may hold an older layout
+    package = folder / "nkihub"
+    package.mkdir(parents=True)
+    for name in NKI_ONLY:
+        (package / name).symlink_to(ROOT / "nkihub" / name)
+    return [folder, package / "_toplevel"]
 
 
 def make_venv(path: Path, version: str) -> Path:
     """A venv with Hugging Face kernels ``version`` (installed unless the venv has it); this venv's packages
-    (torch ...) appended, nki + simulator on the path."""
+    (torch ...) appended, nkihub's nki + simulator (and the top-level ``nki`` stand-in) on the path."""
     py = path / "bin" / "python"
     if not py.exists():
         subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
@@ -52,16 +69,12 @@ def make_venv(path: Path, version: str) -> Path:
         subprocess.run([str(py), "-m", "pip", "install", "-q", f"kernels=={version}"], check=True)
     site = Path(subprocess.check_output([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                         text=True).strip())
-    nki_only = path / "nki-installation"
-    nki_only.mkdir(exist_ok=True)
-    for name in ("nki", "simulator"):
-        link = nki_only / name
-        if not link.exists():
-            link.symlink_to(ROOT / name)
+    nki_only, stand_in = nki_installation(path / "nki-installation")
     # .pth lines are appended to sys.path in order, after the venv's own site-packages: Hugging Face's
     # kernels and huggingface_hub win; a path added this way has its own .pth files ignored, so nkihub's
-    # editable install (a .pth naming the repo) does not come along
-    (site / "nkihub_nki_and_torch.pth").write_text(f"{nki_only}\n{sysconfig.get_paths()['purelib']}\n")
+    # editable install (a .pth naming the repo) and nkihub-aliases.pth do not come along: the last line
+    # does what nkihub-aliases.pth does
+    (site / "nkihub_nki_and_torch.pth").write_text(f"{nki_only}\n{sysconfig.get_paths()['purelib']}\n{stand_in}\n")
     return py
 
 
