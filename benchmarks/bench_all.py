@@ -52,7 +52,7 @@ def main(argv=None) -> int:
             checks.append(check(module, case, "small", dtype))
             c = checks[-1]
             print(f"{repo:18s} {c.dtype:8s} {'ok' if c.ok else 'WRONG':5s} err {c.max_rel_error:.1e}  "
-                  f"nkihub/simulator/torch {c.sim_over_torch:6.1f}x", flush=True)
+                  f"simulator/torch {c.sim_over_torch:6.1f}x", flush=True)
         sizes = ["small"] if args.quick else (args.sizes or list(case.sizes))
         for size in sizes:
             if size not in case.sizes:
@@ -68,7 +68,7 @@ def main(argv=None) -> int:
 
     md = ["# nkihub kernel benchmarks", "",
           "Simulator against torch: both measured on this CPU in the same run (small sizes).", "",
-          _md_table(["kernel", "dtype", "result", "max rel err", "simulator s", "torch s", "nkihub/simulator/torch"],
+          _md_table(["kernel", "dtype", "result", "max rel err", "simulator s", "torch s", "simulator/torch"],
                     [(c.repo, c.dtype, "ok" if c.ok else "WRONG", f"{c.max_rel_error:.1e}", f"{c.sim_s:.4f}",
                       f"{c.torch_s:.4f}", f"{c.sim_over_torch:.1f}x") for c in checks]),
           "", "Cost-model estimates (bf16; not measurements on hardware).", "",

@@ -6,7 +6,7 @@ shapes, dtype and target. This prints, per row, the estimate, the measurement an
 target the mean absolute percentage error (MAPE) and how many rows fall within 0.67-1.5x, for the rows used
 while choosing cost rules ("fit") and those kept aside ("held-out"); it writes ``calibration.md``,
 ``calibration.json`` and a log-log plot ``calibration.png`` to ``--out``, and the band of ratios that
-``simulator.uncertainty`` should hold.
+``nkihub.simulator.uncertainty`` should hold.
 
     git clone https://github.com/aws-neuron/aws-neuron-sdk /path/snapshots/aws-neuron+aws-neuron-sdk
     ...                                  (one per repository the rows name: see rows.toml)

@@ -5,8 +5,8 @@ publishes new versions of it, on loopback, for a fixed time per stage.
 
 The server runs as its own process (``nkihub serve``). Each client loops until the stage ends,
 alternating a cold fetch (a fresh, empty cache) and a warm one (its own cache), each through
-``kernels.install_kernel(repo, version=1)``: the same resolve, download and verification path as
-``kernels.get``, without the import. After every fetch the client checks the variant independently:
+``nkihub.kernels.install_kernel(repo, version=1)``: the same resolve, download and verification path as
+``nkihub.kernels.get``, without the import. After every fetch the client checks the variant independently:
 every file against ``metadata.json`` and the files against each other (``kernel.json``'s version and
 ``ops.py``'s constant are the ones the publisher wrote together), so a torn or mixed snapshot counts
 as corrupt. Every HTTP request is timed (to its response headers) through huggingface_hub's client
