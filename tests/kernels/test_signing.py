@@ -23,16 +23,6 @@ REPO = "neuron/toy-kernel"
 
 
 @pytest.fixture
-def keys(tmp_path):
-    """Two key pairs made by ``nkihub keygen``: the publisher's and an attacker's."""
-    out = {}
-    for who in ("publisher", "attacker"):
-        assert cli(["keygen", "--out", str(tmp_path / f"{who}.key")]) == 0
-        out[who] = (tmp_path / f"{who}.key", (tmp_path / f"{who}.key.pub").read_text().strip())
-    return out
-
-
-@pytest.fixture
 def signed(kernels_env, make_kernel, keys, monkeypatch):
     key, pub = keys["publisher"]
     assert cli(["publish", str(make_kernel("1.0.0", 2.0)), "--repo-id", REPO, "--sign", str(key)]) == 0
