@@ -8,7 +8,12 @@ is recorded here; a later load of a floating revision (branch ``vN``, ``main``) 
 older version of the same major is refused, naming both versions and keys. A revision the user pinned
 (``revision=`` a tag or commit, a lock file entry) is the user's explicit choice and is not refused.
 Once a signed version was accepted, an *unsigned* build served under the same major is refused the
-same way (stripping the signatures is the cheap way round the check).
+same way (stripping the signatures is the cheap way round the check), and a load that asked for the
+newest version is refused a major older than one accepted before (a Hub hiding branch ``v2``).
+
+A record counts only while the key that signed it is trusted for the org: revoking a compromised key
+(removing it from ``KERNELS_TRUSTED_KEYS`` or the keys file) also drops whatever versions it vouched
+for, so a version number inflated by the thief does not lock the user out of honest releases.
 
 State lives in the kernels cache (``config.cache_root()``), one JSON file per repo::
 
@@ -69,11 +74,24 @@ def _lock(path: Path) -> FileLock:
     return FileLock(str(path) + ".lock")
 
 
-def accepted(repo_id: str, major: int) -> dict | None:
-    """The record for ``repo_id``'s ``major`` (``version``, ``commit``, ``key`` ...), or None."""
+def _counting(majors: dict, trusted: tuple[str, ...] | None) -> dict:
+    """The records whose signing key is still trusted (all of them when ``trusted`` is None)."""
+    if trusted is None:
+        return majors
+    from nkihub.hub_client.signing import key_id
+
+    ids = {key_id(k) for k in trusted}
+    return {m: r for m, r in majors.items() if r.get("key") in ids}
+
+
+def accepted(repo_id: str, major: int, trusted: tuple[str, ...] | None = None) -> dict | None:
+    """The record for ``repo_id``'s ``major`` (``version``, ``commit``, ``key`` ...), or None.
+
+    With ``trusted`` (public keys), a record signed by a key not among them does not count.
+    """
     path = state_path(repo_id)
     with _lock(path):
-        return _read(path, repo_id).get(str(major))
+        return _counting(_read(path, repo_id), trusted).get(str(major))
 
 
 def _older(a: str, b: str) -> bool:
@@ -82,17 +100,29 @@ def _older(a: str, b: str) -> bool:
     return parse_version(a) < parse_version(b)
 
 
-def accept(repo_id: str, signed: SignatureCheck, *, ref: str, commit: str, pinned: bool) -> dict | None:
+def accept(repo_id: str, signed: SignatureCheck, *, ref: str, commit: str, pinned: bool, newest: bool = False,
+           trusted: tuple[str, ...] | None = None) -> dict | None:
     """Record a checked signature's version, refusing a rollback on a floating ``ref``.
 
     Returns the record that was there before (None the first time). Raises
     :class:`KernelSignatureError` when ``signed`` is older than the recorded version of its major
-    and ``pinned`` is False. A pinned older version loads and leaves the record as it was.
+    and ``pinned`` is False, or, when the load asked for the ``newest`` major, when a higher major was
+    accepted before. A pinned older version loads and leaves the record as it was. Records by keys
+    not in ``trusted`` (public keys; None: all count) are ignored and may be replaced.
     """
     path = state_path(repo_id)
     with _lock(path):
         majors = _read(path, repo_id)
-        before = majors.get(str(signed.major))
+        counting = _counting(majors, trusted)
+        before = counting.get(str(signed.major))
+        higher = max((int(m) for m in counting if int(m) > signed.major), default=None)
+        if newest and not pinned and higher is not None:
+            top = counting[str(higher)]
+            raise KernelSignatureError(
+                f"{repo_id}: asked for the newest version, and the Hub's newest is {ref} ({signed.package_version}, "
+                f"signed by key {signed.key_id}), but this machine accepted {top['version']} of major {higher} "
+                f"(signed by key {top['key']}) before; the Hub hides the newer major: refused. Ask for "
+                f"version={signed.major} to load it on purpose")
         if before is not None and _older(signed.package_version, before["version"]):
             if pinned:
                 return before
@@ -111,9 +141,10 @@ def accept(repo_id: str, signed: SignatureCheck, *, ref: str, commit: str, pinne
         return before
 
 
-def refuse_unsigned(repo_id: str, major: int | None, *, ref: str, commit: str) -> None:
+def refuse_unsigned(repo_id: str, major: int | None, *, ref: str, commit: str,
+                    trusted: tuple[str, ...] | None = None) -> None:
     """Refuse an unsigned build served on floating ``ref`` for a major that was accepted signed before."""
-    before = accepted(repo_id, major) if major is not None else None
+    before = accepted(repo_id, major, trusted) if major is not None else None
     if before is not None:
         raise KernelSignatureError(
             f"{repo_id}: {ref} serves an unsigned build (commit {commit[:12]}), but this machine accepted "

@@ -238,7 +238,8 @@ def _install(repo_id, *, revision, version, backend, offline, trust_remote_code,
     require_match(files, where)
     signed = check_signature(repo_id, variant, files, snap.files.get(sig))
     note = _check_current(repo_id, variant, signed, ref, snap, files, None if offline else set(names),
-                          offline=offline, endpoint=endpoint, lock_major=lock_major)
+                          offline=offline, endpoint=endpoint, lock_major=lock_major,
+                          newest=version is None and revision is None)
     info = LoadedKernel(repo_id, ref, snap.commit, variant, snap.path / "build" / variant, selection,
                         f"{trust}; {signed}{note}", signed)
     return info, files
@@ -256,25 +257,25 @@ def _refs(repo_id: str, commit: str, offline: bool, endpoint) -> tuple[set[str],
 
 
 def _check_current(repo_id, variant, signed: SignatureCheck, ref, snap, files, variants, *, offline, endpoint,
-                   lock_major) -> str:
+                   lock_major, newest) -> str:
     """Version, release, expiry and rollback checks of a checked signature (:mod:`kernels.freshness`)."""
     trusted = trusted_for(repo_id)
     if not signed.checked and not trusted:
         return ""
     tag_names, tags = _refs(repo_id, snap.commit, offline, endpoint)
-    request = freshness.Request(ref, snap.commit, lock_major is not None or freshness.is_pinned(ref, tag_names),
-                                tags, lock_major)
+    request = freshness.Request(ref, snap.commit, freshness.is_pinned(ref, tag_names), tags, lock_major)
     if not signed.checked:  # unsigned, with keys trusted for the org: was this major signed before?
         branch = freshness.BRANCH.match(ref)
         major = int(branch.group(1)) if branch else metadata_of(files).get("version")
         if not request.pinned and isinstance(major, int):
-            accepted.refuse_unsigned(repo_id, major, ref=ref, commit=snap.commit)
+            accepted.refuse_unsigned(repo_id, major, ref=ref, commit=snap.commit, trusted=trusted)
         return ""
     siblings = {rel[len(SIGNATURES):-len(".json")]: data for rel, data in snap.files.items()
                 if rel.startswith(SIGNATURES) and rel.endswith(".json") and rel != signature_path(variant)}
     note = freshness.check_current(repo_id, variant, signed, request, siblings=siblings, trusted=trusted,
                                    variants=variants, required=config.require_signature())
-    accepted.accept(repo_id, signed, ref=ref, commit=snap.commit, pinned=request.pinned)
+    accepted.accept(repo_id, signed, ref=ref, commit=snap.commit, pinned=request.pinned, newest=newest,
+                    trusted=trusted)
     return note
 
 

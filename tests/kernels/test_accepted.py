@@ -131,6 +131,39 @@ def test_publishing_an_older_version_in_a_major_is_refused(publish_signed, kerne
     publish_signed("2.1.1", 3.0)  # forward is fine
 
 
+def test_hiding_the_newest_major_is_refused_when_asking_for_the_newest(publish_signed, trust_publisher, attacker,
+                                                                       publisher_id):
+    publish_signed("1.0.0", 2.0)
+    publish_signed("2.0.0", 3.0)
+    trust_publisher()
+    assert scale(kernels.get(REPO)) == 3.0
+    attacker.api.delete_branch(REPO, branch="v2", repo_type="kernel")
+    with pytest.raises(KernelSignatureError, match=f"newest.*2.0.0 of major 2 .signed by key {publisher_id}"):
+        kernels.get(REPO)
+    assert scale(kernels.get(REPO, version=1)) == 2.0  # asked for by name: fine
+
+
+def test_revoking_a_key_drops_the_versions_it_vouched_for(kernels_env, make_kernel, keys, publish_signed, attacker,
+                                                          monkeypatch):
+    """A thief signs 2.9.0 with a stolen key; once the user revokes the key, honest 2.1.0 loads again."""
+    from nkihub.kernels.publish import publish
+
+    publish_signed("2.0.0", 2.0)
+    stolen, stolen_pub = keys["attacker"]  # a second key of the org, about to be stolen
+    monkeypatch.setenv("KERNELS_TRUSTED_KEYS", f"neuron={keys['publisher'][1]},neuron={stolen_pub}")
+    monkeypatch.setenv("KERNELS_REQUIRE_SIGNATURE", "1")
+    kernels.get(REPO, version=2)
+    publish(make_kernel("2.9.0", 666.0), REPO, sign=stolen)
+    assert scale(kernels.get(REPO, version=2)) == 666.0  # signed by a trusted key: nothing can tell
+    monkeypatch.setenv("KERNELS_TRUSTED_KEYS", f"neuron={keys['publisher'][1]}")  # revoked
+    with pytest.raises(KernelSignatureError, match="not trusted"):
+        kernels.get(REPO, version=2)
+    attacker.api.delete_tag(REPO, tag="v2.9.0", repo_type="kernel")  # the publisher cleans up
+    publish_signed("2.1.0", 3.0)
+    assert scale(kernels.get(REPO, version=2)) == 3.0
+    assert accepted.accepted(REPO, 2)["version"] == "2.1.0"
+
+
 # ---- the record itself -----------------------------------------------------------------------------
 def check(version: str, key: str = "k" * 16) -> SignatureCheck:
     return SignatureCheck("signed", True, key, int(version.split(".")[0]), version, "2025-01-01T00:00:00Z")
