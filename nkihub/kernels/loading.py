@@ -237,8 +237,8 @@ def _install(repo_id, *, revision, version, backend, offline, trust_remote_code,
     where = f"{repo_id}@{snap.commit[:12]} ({variant})"
     require_match(files, where)
     signed = check_signature(repo_id, variant, files, snap.files.get(sig))
-    note = _check_current(repo_id, variant, signed, ref, snap, files, None if offline else set(names),
-                          offline=offline, endpoint=endpoint, lock_major=lock_major,
+    note = _check_current(repo_id, variant, signed, ref, snap, files, offline=offline, endpoint=endpoint,
+                          lock_major=lock_major,
                           newest=version is None and revision is None)
     info = LoadedKernel(repo_id, ref, snap.commit, variant, snap.path / "build" / variant, selection,
                         f"{trust}; {signed}{note}", signed)
@@ -256,7 +256,7 @@ def _refs(repo_id: str, commit: str, offline: bool, endpoint) -> tuple[set[str],
                                                 and freshness.TAG.match(t.name)))
 
 
-def _check_current(repo_id, variant, signed: SignatureCheck, ref, snap, files, variants, *, offline, endpoint,
+def _check_current(repo_id, variant, signed: SignatureCheck, ref, snap, files, *, offline, endpoint,
                    lock_major, newest) -> str:
     """Version, release, expiry and rollback checks of a checked signature (:mod:`kernels.freshness`)."""
     trusted = trusted_for(repo_id)
@@ -272,6 +272,8 @@ def _check_current(repo_id, variant, signed: SignatureCheck, ref, snap, files, v
         return ""
     siblings = {rel[len(SIGNATURES):-len(".json")]: data for rel, data in snap.files.items()
                 if rel.startswith(SIGNATURES) and rel.endswith(".json") and rel != signature_path(variant)}
+    # the variants of the commit that was checked (the branch may have moved since the variant was chosen)
+    variants = None if offline else set(_remote_variants(repo_id, snap.commit, endpoint))
     note = freshness.check_current(repo_id, variant, signed, request, siblings=siblings, trusted=trusted,
                                    variants=variants, required=config.require_signature())
     accepted.accept(repo_id, signed, ref=ref, commit=snap.commit, pinned=request.pinned, newest=newest,
