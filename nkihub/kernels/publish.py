@@ -139,7 +139,8 @@ def publish(package_dir: str | Path, repo_id: str | None = None, *, endpoint: st
     ``sign`` is a private key file (``nkihub keygen``): each variant is signed with it; ``expires``
     (``"30d"``, ``"12h"``, an ISO date; needs ``sign``) is when loads of a branch stop taking the build
     as current (:mod:`kernels.freshness`). Raises
-    :class:`PublishError` for a package that cannot be published (nothing was sent) and
+    :class:`PublishError` for a package that cannot be published (nothing was sent) or a version older
+    than one already released in its major (nothing of this publish is left on the Hub), and
     ``hub_client.PublishConflictError`` when the version exists with other content or another
     publisher won a race (nothing of this publish is left on the Hub).
     """
