@@ -89,12 +89,15 @@ def _restore(api, repo_id: str, branch: str, *, undo: str, to: str, repo_type: s
 
 def release(folder, repo_id: str, *, tag: str, route: Callable[[dict], tuple[str, list[str]]], message: str,
             repo_type: str = "kernel", endpoint: str | None = None, token: str | bool | None = None,
-            keep: Iterable[str] = (".gitattributes",)) -> ReleaseResult:
+            keep: Iterable[str] = (".gitattributes",),
+            guard: Callable[[dict, dict], None] | None = None) -> ReleaseResult:
     """Publish ``folder`` as ``tag`` on a branch, move the following branches to it: all or nothing.
 
     ``route(branches)`` gets the branch -> commit map of the one refs read the whole release is
     checked against and returns ``(branch to commit on, branches to move along)``, so the choice
-    (e.g. ``main`` for the newest major) and the commit's parent can never disagree. ``folder`` must
+    (e.g. ``main`` for the newest major) and the commit's parent can never disagree. ``guard(tags,
+    branches)`` (tag -> commit, branch -> commit, the same read) may raise to refuse the release
+    before anything is written (e.g. a version older than one already released). ``folder`` must
     already be validated. Raises :class:`PublishConflictError` when another writer got there first;
     then nothing of this release is left on the Hub (module doc).
     """
@@ -123,6 +126,8 @@ def release(folder, repo_id: str, *, tag: str, route: Callable[[dict], tuple[str
             result = _existing(api, repo_id, tag, tags[tag], folder, repo_type, keep, url)
             api.delete_tag(repo_id, tag=claim, repo_type=repo_type)
             return result
+        if guard is not None:
+            guard(tags, branches)
         branch, follow = route(branches)
         for ref in (branch, *follow):
             P.check_revision(ref)

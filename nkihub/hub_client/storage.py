@@ -113,7 +113,8 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temp file beside it and ``os.replace``: readers see old or new, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
     try:
@@ -169,7 +170,7 @@ class Storage:
         sha = hashlib.sha256(data).hexdigest()
         target = self.blob_path(sha)
         if not target.exists():
-            _atomic_write(target, data)
+            atomic_write(target, data)
         return FileEntry(sha256=sha, oid=git_blob_oid(data), size=len(data))
 
     def blob_writer(self, expected_sha256: str | None = None) -> "BlobWriter":
@@ -239,10 +240,10 @@ class Storage:
             (staging / "commits").mkdir(parents=True)
             entry = self.put_bytes(INITIAL_GITATTRIBUTES)
             commit = self._make_commit([], {".gitattributes": entry}, "initial commit", "", author)
-            _atomic_write(staging / "commits" / f"{commit['id']}.json", json.dumps(commit).encode())
+            atomic_write(staging / "commits" / f"{commit['id']}.json", json.dumps(commit).encode())
             meta = {"type": repo_type, "id": repo_id, "private": private, "createdAt": commit["date"]}
-            _atomic_write(staging / "repo.json", json.dumps(meta).encode())
-            _atomic_write(staging / "refs.json", json.dumps({"branches": {"main": commit["id"]}, "tags": {}}).encode())
+            atomic_write(staging / "repo.json", json.dumps(meta).encode())
+            atomic_write(staging / "refs.json", json.dumps({"branches": {"main": commit["id"]}, "tags": {}}).encode())
             target.parent.mkdir(parents=True, exist_ok=True)
             if target.exists():  # a leftover without refs.json: never a complete repo
                 shutil.rmtree(target)
@@ -317,7 +318,7 @@ class Storage:
         return body
 
     def _write_refs(self, d: Path, refs: dict) -> None:
-        _atomic_write(d / "refs.json", json.dumps(refs, indent=1, sort_keys=True).encode())
+        atomic_write(d / "refs.json", json.dumps(refs, indent=1, sort_keys=True).encode())
 
     def commit(
         self,
@@ -379,7 +380,7 @@ class Storage:
             if files == before:
                 return head, False
             c = self._make_commit([head], files, title, message, author)
-            _atomic_write(d / "commits" / f"{c['id']}.json", json.dumps(c).encode())
+            atomic_write(d / "commits" / f"{c['id']}.json", json.dumps(c).encode())
             refs["branches"][branch] = c["id"]
             self._write_refs(d, refs)
             return c["id"], True

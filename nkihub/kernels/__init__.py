@@ -28,6 +28,7 @@ _HUB_EXPORTS = {
     "PublishResult": "publish",
     "UntrustedKernelError": "trust",
     "KernelSignatureError": "signing",
+    "StaleSignatureWarning": "freshness",
     "NoCompatibleVariantError": "variants",
     "VariantSelection": "variants",
     "select_variant": "variants",

@@ -5,7 +5,8 @@ Environment variables:
 - ``HF_ENDPOINT``: the Hub to talk to (default: huggingface_hub's default).
 - ``HF_TOKEN``: the token for writes (default: huggingface_hub's stored token).
 - ``HF_HUB_OFFLINE``: ``1`` to work only from the cache.
-- ``KERNELS_CACHE``: cache directory for kernel downloads (default: the Hugging Face hub cache).
+- ``KERNELS_CACHE``: cache directory for kernel downloads (default: the Hugging Face hub cache); it also
+  holds which signed versions were accepted (``.nkihub-accepted/``, :mod:`kernels.accepted`).
 - ``LOCAL_KERNELS``: ``repo_id=path:repo_id2=path2`` overrides, as Hugging Face kernels reads it.
 - ``KERNELS_TRUSTED_PUBLISHERS``: comma-separated namespaces trusted without
   ``trust_remote_code`` (default ``neuron``).
@@ -47,6 +48,13 @@ def offline() -> bool:
 def cache_dir() -> Path | None:
     value = os.environ.get("KERNELS_CACHE")
     return Path(value) if value else None
+
+
+def cache_root() -> Path:
+    """Where kernel downloads and nkihub's client state live: ``KERNELS_CACHE``, else the Hugging Face hub cache."""
+    from huggingface_hub import constants
+
+    return cache_dir() or Path(constants.HF_HUB_CACHE)
 
 
 def trusted_publishers(explicit=None) -> tuple[str, ...]:

@@ -5,9 +5,11 @@ picks one for this machine (:mod:`kernels.variants`), then fetches only that var
 signature through :mod:`hub_client.snapshot`, which reads every file once and checks its bytes
 against the Hub's tree listing (offline: the cache's content-addressed blobs), refetching a bad file
 once. Those same bytes are then checked against the variant's ``metadata.json``
-(:mod:`kernels.verify`) and its publisher signature (:func:`kernels.trust.check_signature`), and
-only then imported, from memory (:mod:`kernels.importer`): no file is reopened after its check and
-no bytecode is read. The module name is made of the repo id, commit and variant, so two versions
+(:mod:`kernels.verify`) and its publisher signature (:func:`kernels.signing.check_signature`); a
+checked signature must also be of the version asked for, not expired, of one release with the
+commit's other variants (:mod:`kernels.freshness`) and no older than what this machine accepted
+before (:mod:`kernels.accepted`). Only then is it imported, from memory (:mod:`kernels.importer`):
+no file is reopened after its check and no bytecode is read. The module name is made of the repo id, commit and variant, so two versions
 live side by side in one process.
 """
 
@@ -25,8 +27,9 @@ from types import ModuleType
 from nkihub.hub_client import paths as P
 
 from . import config
+from . import accepted, freshness
 from .importer import import_verified
-from .signing import check_signature, signature_path
+from .signing import SIGNATURES, SignatureCheck, check_signature, signature_path, trusted_for
 from .trust import check_trust
 from .variants import NoCompatibleVariantError, VariantSelection, select_variant
 from .verify import KernelDigestError, metadata_of, read_files, require_match, verify_variant
@@ -51,6 +54,7 @@ class LoadedKernel:
     path: Path
     selection: VariantSelection
     trust: str
+    signature: SignatureCheck | None = None  # what the publisher signed (version, time, expiry, release)
 
     def __str__(self) -> str:
         head = f"{self.repo_id or self.path} @ {self.revision} ({(self.commit or 'local')[:12]}), variant {self.variant}"
@@ -77,11 +81,9 @@ def _api(endpoint, token):
 
 
 def _cache_repo_dir(repo_id: str) -> Path:
-    from huggingface_hub import constants
     from huggingface_hub.file_download import repo_folder_name
 
-    cache = config.cache_dir() or Path(constants.HF_HUB_CACHE)
-    return cache / repo_folder_name(repo_id=repo_id, repo_type=REPO_TYPE)
+    return config.cache_root() / repo_folder_name(repo_id=repo_id, repo_type=REPO_TYPE)
 
 
 def available_versions(repo_id: str, *, endpoint: str | None = None, offline: bool | None = None) -> dict[int, str]:
@@ -203,8 +205,12 @@ def install_kernel(repo_id: str, *, revision: str | None = None, version=None, b
                     trust_remote_code=trust_remote_code, endpoint=endpoint, token=token, required=True)[0].path
 
 
-def _install(repo_id, *, revision, version, backend, offline, trust_remote_code, endpoint, token, required):
-    """Resolve, choose, fetch and check a variant; return ``(LoadedKernel, verified files)``."""
+def _install(repo_id, *, revision, version, backend, offline, trust_remote_code, endpoint, token, required,
+             lock_major: int | None = None):
+    """Resolve, choose, fetch and check a variant; return ``(LoadedKernel, verified files)``.
+
+    ``lock_major``: the major a lock file entry names for the pinned commit ``revision``.
+    """
     from nkihub.hub_client.snapshot import fetch_snapshot
 
     P.check_repo_id(repo_id)
@@ -222,7 +228,8 @@ def _install(repo_id, *, revision, version, backend, offline, trust_remote_code,
     if variant is None:
         raise NoCompatibleVariantError(f"Kernel {repo_id} at {ref}", selection)
     sig = signature_path(variant)
-    snap = fetch_snapshot(repo_id, revision=ref, allow_patterns=[f"build/{variant}/*", sig], repo_type=REPO_TYPE,
+    snap = fetch_snapshot(repo_id, revision=ref, allow_patterns=[f"build/{variant}/*", f"{SIGNATURES}*"],
+                          repo_type=REPO_TYPE,
                           local_files_only=offline, cache_dir=config.cache_dir(), endpoint=config.endpoint(endpoint),
                           token=config.token(token))
     prefix = f"build/{variant}/"
@@ -230,9 +237,48 @@ def _install(repo_id, *, revision, version, backend, offline, trust_remote_code,
     where = f"{repo_id}@{snap.commit[:12]} ({variant})"
     require_match(files, where)
     signed = check_signature(repo_id, variant, files, snap.files.get(sig))
+    note = _check_current(repo_id, variant, signed, ref, snap, files, offline=offline, endpoint=endpoint,
+                          lock_major=lock_major,
+                          newest=version is None and revision is None)
     info = LoadedKernel(repo_id, ref, snap.commit, variant, snap.path / "build" / variant, selection,
-                        f"{trust}; {signed}")
+                        f"{trust}; {signed}{note}", signed)
     return info, files
+
+
+def _refs(repo_id: str, commit: str, offline: bool, endpoint) -> tuple[set[str], tuple[str, ...]]:
+    """``(tag names, version tags at commit)``: from the Hub, or offline from the cache's refs (names only)."""
+    if offline:
+        refs = _cache_repo_dir(repo_id) / "refs"
+        names = {p.name: p.read_text().strip() for p in refs.iterdir() if p.is_file()} if refs.is_dir() else {}
+        return set(), tuple(sorted(n for n, c in names.items() if c == commit and freshness.TAG.match(n)))
+    tags = _api(endpoint, None).list_repo_refs(repo_id, repo_type=REPO_TYPE).tags
+    return {t.name for t in tags}, tuple(sorted(t.name for t in tags if t.target_commit == commit
+                                                and freshness.TAG.match(t.name)))
+
+
+def _check_current(repo_id, variant, signed: SignatureCheck, ref, snap, files, *, offline, endpoint,
+                   lock_major, newest) -> str:
+    """Version, release, expiry and rollback checks of a checked signature (:mod:`kernels.freshness`)."""
+    trusted = trusted_for(repo_id)
+    if not signed.checked and not trusted:
+        return ""
+    tag_names, tags = _refs(repo_id, snap.commit, offline, endpoint)
+    request = freshness.Request(ref, snap.commit, freshness.is_pinned(ref, tag_names), tags, lock_major)
+    if not signed.checked:  # unsigned, with keys trusted for the org: was this major signed before?
+        branch = freshness.BRANCH.match(ref)
+        major = int(branch.group(1)) if branch else metadata_of(files).get("version")
+        if not request.pinned and isinstance(major, int):
+            accepted.refuse_unsigned(repo_id, major, ref=ref, commit=snap.commit, trusted=trusted)
+        return ""
+    siblings = {rel[len(SIGNATURES):-len(".json")]: data for rel, data in snap.files.items()
+                if rel.startswith(SIGNATURES) and rel.endswith(".json") and rel != signature_path(variant)}
+    # the variants of the commit that was checked (the branch may have moved since the variant was chosen)
+    variants = None if offline else set(_remote_variants(repo_id, snap.commit, endpoint))
+    note = freshness.check_current(repo_id, variant, signed, request, siblings=siblings, trusted=trusted,
+                                   variants=variants, required=config.require_signature())
+    accepted.accept(repo_id, signed, ref=ref, commit=snap.commit, pinned=request.pinned, newest=newest,
+                    trusted=trusted)
+    return note
 
 
 def _load(info: LoadedKernel, files: dict[str, bytes]) -> ModuleType:
@@ -316,13 +362,15 @@ def has_kernel(repo_id: str, *, revision: str | None = None, version=None, backe
 
 def load_kernel(repo_id: str, *, lockfile: Path | None = None, backend: str | None = None) -> ModuleType:
     """Load a locked kernel from the cache only (never downloads); ``nkihub download`` fetches it."""
-    from .lockfile import locked_commit
+    from .lockfile import locked
 
-    commit = locked_commit(repo_id, lockfile)
+    lock = locked(repo_id, lockfile)
+    commit = lock.commit
     try:
         # trust was checked when the lock was written (`nkihub lock`); this load never touches the network
         info, files = _install(repo_id, revision=commit, version=None, backend=backend, offline=True,
-                               trust_remote_code=True, endpoint=None, token=None, required=True)
+                               trust_remote_code=True, endpoint=None, token=None, required=True,
+                               lock_major=lock.version)
     except (FileNotFoundError, OSError) as e:
         raise FileNotFoundError(
             f"Locked kernel `{repo_id}` ({commit[:12]}) was not downloaded or has no variant for this machine. "
@@ -334,8 +382,9 @@ def load_kernel(repo_id: str, *, lockfile: Path | None = None, backend: str | No
 def get_locked_kernel(repo_id: str, *, lockfile: Path | None = None, trust_remote_code: bool | list[str] = False,
                       user_agent=None, endpoint: str | None = None) -> ModuleType:
     """Load the commit pinned for ``repo_id`` in a ``kernels.lock`` (downloading it if needed)."""
-    from .lockfile import locked_commit
+    from .lockfile import locked
 
-    commit = locked_commit(repo_id, lockfile)
-    return _load(*_install(repo_id, revision=commit, version=None, backend=None, offline=False,
-                           trust_remote_code=trust_remote_code, endpoint=endpoint, token=None, required=True))
+    lock = locked(repo_id, lockfile)
+    return _load(*_install(repo_id, revision=lock.commit, version=None, backend=None, offline=False,
+                           trust_remote_code=trust_remote_code, endpoint=endpoint, token=None, required=True,
+                           lock_major=lock.version))

@@ -133,6 +133,11 @@ def _caller_lockfile_text() -> str | None:
 
 def locked_commit(repo_id: str, lockfile: str | Path | None = None) -> str:
     """The commit pinned for ``repo_id``: from ``lockfile``, else the caller's distribution, else ./kernels.lock."""
+    return locked(repo_id, lockfile).commit
+
+
+def locked(repo_id: str, lockfile: str | Path | None = None) -> KernelLock:
+    """The lock entry of ``repo_id`` (commit, and the major version asked for): as :func:`locked_commit` finds it."""
     if lockfile is not None:
         locks = read_lockfile(lockfile)
     else:
@@ -146,7 +151,7 @@ def locked_commit(repo_id: str, lockfile: str | Path | None = None) -> str:
                              "Lock kernels with `nkihub lock <project>`.")
     if repo_id not in locks:
         raise ValueError(f"Kernel `{repo_id}` is not locked. Please lock it with `nkihub lock <project>`.")
-    return locks[repo_id].commit
+    return locks[repo_id]
 
 
 def download_locked(project_dir: str | Path, *, all_variants: bool = False, endpoint: str | None = None) -> list[Path]:

@@ -18,8 +18,11 @@ the commit. Unchanged content makes no commit; the same version with other conte
 
 Everything is checked before the Hub is touched (:mod:`kernels.package_check`: strict versions, file
 names, no symlink out of the package, no special file), and the commit, the tag and the branch moves
-land together or not at all (:mod:`hub_client.release`). ``sign=KEY`` adds a publisher signature per
-variant (:mod:`kernels.signing`).
+land together or not at all (:mod:`hub_client.release`). A version older than one already released in
+its major is refused (branch ``vN`` only moves forward: clients refuse an older signed build served as
+current, :mod:`kernels.accepted`). ``sign=KEY`` adds a publisher signature per variant
+(:mod:`kernels.signing`), binding the version, the publish time, the release and, with
+``expires="30d"``, an expiry.
 """
 
 from __future__ import annotations
@@ -130,17 +133,22 @@ def _write_metadata(vdir: Path, spec: dict, backend: str, carried) -> dict:
 
 
 def publish(package_dir: str | Path, repo_id: str | None = None, *, endpoint: str | None = None,
-            token: str | None = None, sign: str | Path | None = None) -> PublishResult:
+            token: str | None = None, sign: str | Path | None = None, expires: str | None = None) -> PublishResult:
     """Build and upload ``package_dir`` to ``repo_id`` (default ``neuron/<name>``); see the module doc.
 
-    ``sign`` is a private key file (``nkihub keygen``): each variant is signed with it. Raises
-    :class:`PublishError` for a package that cannot be published (nothing was sent) and
+    ``sign`` is a private key file (``nkihub keygen``): each variant is signed with it; ``expires``
+    (``"30d"``, ``"12h"``, an ISO date; needs ``sign``) is when loads of a branch stop taking the build
+    as current (:mod:`kernels.freshness`). Raises
+    :class:`PublishError` for a package that cannot be published (nothing was sent) or a version older
+    than one already released in its major (nothing of this publish is left on the Hub), and
     ``hub_client.PublishConflictError`` when the version exists with other content or another
     publisher won a race (nothing of this publish is left on the Hub).
     """
     from nkihub.hub_client.release import release
 
     spec = read_kernel_spec(package_dir)
+    if expires is not None and sign is None:
+        raise PublishError("an expiry is part of the signature: --expires needs --sign KEY")
     repo_id = P.check_repo_id(repo_id or f"neuron/{spec['name']}")
     endpoint, token = config.endpoint(endpoint), config.token(token)
     version = spec["version"]
@@ -151,11 +159,25 @@ def publish(package_dir: str | Path, repo_id: str | None = None, *, endpoint: st
         if sign is not None:
             from .signing import sign_build
 
-            sign_build(tmp, repo_id, sign)
+            sign_build(tmp, repo_id, sign, package_version=version, expires=expires)
         done = release(tmp, repo_id, tag=tag, route=lambda branches: _route(major, branches),
                        message=f"Publish {spec['name']} {version}", repo_type=REPO_TYPE, endpoint=endpoint,
-                       token=token)
+                       token=token, guard=lambda tags, branches: _forward_only(repo_id, version, tags))
     return PublishResult(repo_id, version, branch, tag, done.commit, done.created, done.url)
+
+
+def _forward_only(repo_id: str, version: str, tags: dict) -> None:
+    """Refuse a version older than the newest one released in its major (``vN`` would move backwards)."""
+    from nkihub.hub_client.signing import parse_version
+
+    mine = parse_version(version)
+    newer = sorted((v for t in tags if re.fullmatch(r"v\d+\.\d+\.\d+", t)
+                    and (v := parse_version(t[1:]))[0] == mine[0] and v > mine), reverse=True)
+    if newer:
+        newest = ".".join(map(str, newer[0]))
+        raise PublishError(f"{repo_id} already released {newest} in major {mine[0]}; {version} would move branch "
+                           f"v{mine[0]} back to an older version, which clients that accepted {newest} refuse as a "
+                           f"rollback: publish a version after {newest}")
 
 
 def _route(major: int, branches: dict) -> tuple[str, list[str]]:

@@ -23,16 +23,6 @@ REPO = "neuron/toy-kernel"
 
 
 @pytest.fixture
-def keys(tmp_path):
-    """Two key pairs made by ``nkihub keygen``: the publisher's and an attacker's."""
-    out = {}
-    for who in ("publisher", "attacker"):
-        assert cli(["keygen", "--out", str(tmp_path / f"{who}.key")]) == 0
-        out[who] = (tmp_path / f"{who}.key", (tmp_path / f"{who}.key.pub").read_text().strip())
-    return out
-
-
-@pytest.fixture
 def signed(kernels_env, make_kernel, keys, monkeypatch):
     key, pub = keys["publisher"]
     assert cli(["publish", str(make_kernel("1.0.0", 2.0)), "--repo-id", REPO, "--sign", str(key)]) == 0
@@ -146,3 +136,35 @@ def test_bad_key_file_is_a_clear_error(kernels_env, make_kernel, tmp_path):
     with pytest.raises(ValueError, match="not-a-key"):
         publish(make_kernel(), REPO, sign=bad)
     assert not HfApi(endpoint=kernels_env.url, token=False).repo_exists(REPO, repo_type="kernel")
+
+
+def test_expiry_accepts_durations_and_dates_and_refuses_the_past():
+    from datetime import datetime, timedelta, timezone
+
+    from nkihub.kernels.signing import parse_expiry
+
+    now = datetime(2025, 6, 1, 12, tzinfo=timezone.utc)
+    assert parse_expiry("30d", now) - now == timedelta(days=30)
+    assert parse_expiry("12h", now) - now == timedelta(hours=12)
+    assert parse_expiry("2w", now) - now == timedelta(weeks=2)
+    assert parse_expiry("2025-07-01", now) == datetime(2025, 7, 1, tzinfo=timezone.utc)
+    assert parse_expiry("2025-07-01T08:00:00Z", now) == datetime(2025, 7, 1, 8, tzinfo=timezone.utc)
+    for bad, words in (("soon", "duration"), ("2025-05-01", "not in the future"), ("0d", "not in the future")):
+        with pytest.raises(ValueError, match=words):
+            parse_expiry(bad, now)
+
+
+def test_unknown_statement_formats_are_refused_by_name():
+    from nkihub.hub_client import signing
+
+    doc = {"format": "nkihub-signature/3", "statement": {"files": {}}, "key": "ed25519:x", "signature": "x"}
+    with pytest.raises(signing.SignatureError, match="nkihub-signature/3"):
+        signing.read_document(json.dumps(doc).encode())
+    st = {"format": 2, "repo_id": REPO, "variant": "torch-cpu", "version": 2, "package_version": "1.0.0",
+          "published": "2025-06-01T12:00:00Z", "expires": None, "release": {}, "files": {}}
+    doc = {"format": signing.FORMAT, "statement": st, "key": "ed25519:x", "signature": "x"}
+    with pytest.raises(signing.SignatureError, match="disagree"):
+        signing.read_document(json.dumps(doc).encode())
+    st.pop("published")
+    with pytest.raises(signing.SignatureError, match="published"):
+        signing.read_document(json.dumps(doc).encode())
