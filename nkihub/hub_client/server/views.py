@@ -44,6 +44,8 @@ class HubConfig:
     commits_page_size: int = 50
     faults: Faults = field(default_factory=Faults)
     trusted_publishers: tuple[str, ...] = ("neuron",)  # organizations marked trustedKernelPublisher
+    # org -> publisher keys ("ed25519:<base64>") the pages call trusted; loads trust the user's own keys
+    trusted_keys: dict = field(default_factory=dict)
 
 
 def _bool(v: str | None) -> bool:
