@@ -65,6 +65,7 @@ class SignatureView:
     covers: str = ""  # what the statement names: repo, variant, how many files
     fields: tuple = ()  # other statement fields, (name, value) for display
     problems: tuple = ()
+    files: tuple = ()  # (path in the variant, "altered" / "missing" / "not covered") where files and statement differ
 
 
 @dataclass(frozen=True)
@@ -147,8 +148,15 @@ def versions(st: Storage, repo_type: str, repo_id: str) -> tuple[list[Ref], list
     return branches, tags
 
 
+def default_revision(branches: list[Ref]) -> str:
+    """What a page shows first: the newest ``vN`` branch where there is one (what a load without a version
+    gets, Hugging Face kernels' rule), else ``main``. A Hub that moved ``v1`` alone is shown as loads see it."""
+    vn = [b.name for b in branches if VERSION_BRANCH.match(b.name)]  # already newest first
+    return vn[0] if vn else "main"
+
+
 def latest_version(branches: list[Ref], tags: list[Ref], head: Commit) -> str:
-    """The newest version tag on ``main``'s head, else the newest ``vN`` branch there, else ``main``."""
+    """The newest version tag on ``head``, else the newest ``vN`` branch there, else ``main``."""
     at_head = [t.name for t in tags if t.commit == head.id and VERSION_TAG.match(t.name)]
     if at_head:
         return max(at_head, key=version_key)
@@ -179,6 +187,10 @@ def variant_view(st: Storage, commit: Commit, repo_id: str, variant: str, truste
         if notes:
             problems.append(f"{len(notes)} file(s) differ from metadata.json's digests")
     sig = signature_view(st, commit, repo_id, variant, actual, trusted_keys)
+    for rel, state in sig.files:
+        said = {"altered": f"altered since key {sig.key_id} signed it", "missing": f"missing: key {sig.key_id} signed it",
+                "not covered": f"not covered by key {sig.key_id}'s signature"}[state]
+        notes.setdefault(rel, []).append(said)
     rows = []
     for rel in sorted(set(entries) | {r for r in notes if r not in entries}):
         e = entries.get(rel)
@@ -223,10 +235,9 @@ def signature_view(st: Storage, commit: Commit, repo_id: str, variant: str, actu
         problems.append(str(e))
     if (statement.get("repo_id"), statement.get("variant")) != (repo_id, variant):
         problems.append(f"made for {statement.get('repo_id')} ({statement.get('variant')}), not for this repo")
-    diff = compare(signed, actual)
+    diff = {rel: "not covered" if s == "unlisted" else s for rel, s in compare(signed, actual).items()}
     if diff:
-        problems.append(f"files differ from what key {kid} signed: "
-                        + ", ".join(f"{rel} ({'not covered' if s == 'unlisted' else s})" for rel, s in diff.items()))
+        problems.append(f"files differ from what key {kid} signed: " + ", ".join(f"{rel} ({s})" for rel, s in diff.items()))
     covers = f"{statement.get('repo_id')} ({statement.get('variant')}): {len(signed)} files, metadata.json included" \
         if "metadata.json" in signed else f"{statement.get('repo_id')} ({statement.get('variant')}): {len(signed)} files"
     fields = tuple((k, _short(v)) for k, v in sorted(statement.items()) if k not in ("repo_id", "variant", "files"))
@@ -239,7 +250,7 @@ def signature_view(st: Storage, commit: Commit, repo_id: str, variant: str, actu
         where = f"this Hub trusts {', '.join(signing.key_id(k) for k in trusted)} for {org!r}" if trusted \
             else f"this Hub trusts no key for {org!r}"
         summary, level = f"signed by {kid}, a key not trusted ({where})", WARN
-    return SignatureView(level, summary, kid, is_trusted, covers, fields, tuple(problems))
+    return SignatureView(level, summary, kid, is_trusted, covers, fields, tuple(problems), tuple(diff.items()))
 
 
 def _short(value) -> str:

@@ -168,7 +168,7 @@ def summary(cfg, repo_type: str, repo_id: str) -> dict:
     st = cfg.storage
     meta = st.repo_meta(repo_type, repo_id)
     branches, tags = O.versions(st, repo_type, repo_id)
-    head = st.resolve(repo_type, repo_id, "main")
+    head = st.resolve(repo_type, repo_id, O.default_revision(branches))
     variants = [O.variant_view(st, head, repo_id, v, cfg.trusted_keys) for v in O.variant_names(head)]
     level, trust = O.trust_summary(variants)
     readme, _ = O.read_small(st, head.files.get("README.md"), TEXT_LIMIT)
@@ -206,8 +206,9 @@ def index(cfg, request: Request, repo_type: str | None, org: str | None) -> Resp
 def repo_page(cfg, request: Request, repo_type: str, repo_id: str) -> Response:
     st = cfg.storage
     meta = _readable(cfg, request, repo_type, repo_id)
-    revision = P.check_revision(request.query_params.get("revision") or "main")
     branches, tags = O.versions(st, repo_type, repo_id)
+    default = O.default_revision(branches)
+    revision = P.check_revision(request.query_params.get("revision") or default)
     commit = st.resolve(repo_type, repo_id, revision)
     names = O.variant_names(commit)
     variants = [O.variant_view(st, commit, repo_id, v, cfg.trusted_keys) for v in names]
@@ -219,7 +220,7 @@ def repo_page(cfg, request: Request, repo_type: str, repo_id: str) -> Response:
     images = [p for p in sorted(commit.files) if p.lower().endswith(IMAGES) and not p.startswith("build/")]
     return _html(request, "repo.html.j2", type=repo_type, id=repo_id, url=url, meta=meta, revision=revision,
                  commit=commit, branches=branches, tags=tags, variants=variants, trust_level=level, trust=trust,
-                 latest=O.latest_version(branches, tags, st.resolve(repo_type, repo_id, "main")),
+                 latest=O.latest_version(branches, tags, st.resolve(repo_type, repo_id, default)), default=default,
                  card=card, readme_problem=why if commit.files.get("README.md") and not readme else "",
                  tuned=O.tuned_configs(st, commit, names), images=images, n_files=len(commit.files))
 

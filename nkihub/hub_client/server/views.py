@@ -100,7 +100,9 @@ async def create_repo(cfg: HubConfig, request: Request, base: str) -> Response:
     if not body.get("organization"):
         raise BadRequest("repo id must be namespace/name (no user namespace on this server)")
     repo_id = P.check_repo_id(f"{body['organization']}/{body.get('name', '')}")
-    created = await run_in_threadpool(cfg.storage.create_repo, repo_type, repo_id, bool(body.get("private")))
+    # huggingface_hub 1.x sends "visibility"; older clients "private"
+    private = bool(body.get("private")) or body.get("visibility") == "private"
+    created = await run_in_threadpool(cfg.storage.create_repo, repo_type, repo_id, private)
     url = repo_url(base, repo_type, repo_id)
     if not created:
         return json_response({"error": "You already created this repo", "url": url}, 409)
