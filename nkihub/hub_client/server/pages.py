@@ -199,6 +199,8 @@ def index(cfg, request: Request, repo_type: str | None, org: str | None) -> Resp
         if q and not all(word in text for word in q.lower().split()):
             continue
         rows.append(row)
+    order = {t: i for i, t in enumerate(("kernel", "model", "dataset", "space"))}  # kernels first: what this Hub is for
+    rows.sort(key=lambda r: (order[r["type"]], r["id"].lower()))
     return _html(request, "index.html.j2", rows=rows, type=wanted, org=org, query=q,
                  total=len(cfg.storage.list_repos()))
 
