@@ -199,6 +199,8 @@ def test_reflected_query_and_bad_names_are_escaped(hostile):
     assert code == 200 and SCRIPT not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     code, _, html = page(hostile, "/" + quote(SCRIPT))
     assert code == 400 and SCRIPT not in html and "invalid repo id" in text_of(html)
+    code, _, html = page(hostile, "/acme/hostile/commits/main?p=" + quote(SCRIPT))
+    assert code == 400 and SCRIPT not in html and "&lt;script&gt;" in html
 
 
 # ---- access --------------------------------------------------------------------------------------
@@ -208,7 +210,7 @@ def test_private_repos_need_the_token_public_ones_do_not(tmp_path):
         api.create_repo("acme/open")
         api.create_repo("acme/secret", private=True)
         _, _, index = page(hub, "/")
-        assert 'data-repo="acme/open"' in index and "acme/secret" not in index
+        assert 'data-repo="acme/open"' in index and "acme/secret" not in index and "1 repos." in index
         assert page(hub, "/acme/open")[0] == 200
         code, _, html = page(hub, "/acme/secret")
         assert code == 404 and "acme/secret" in html  # the name asked for, no more

@@ -149,6 +149,14 @@ def benchmark_table(tokens) -> tuple[tuple, tuple]:
     return tuple(columns), tuple(rows)
 
 
+def _nice(x: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 times a power of ten that is at least ``x``: round axis ticks."""
+    import math
+
+    p = 10.0 ** math.floor(math.log10(x))
+    return next(p * m for m in (1, 2, 2.5, 5, 10) if p * m >= x * (1 - 1e-9))
+
+
 def plot_geometry(columns: tuple, rows: tuple, width: int = 450, bar: int = 16) -> dict | None:
     """Bars (value, and the band ``lo-hi`` drawn as a whisker where a cell gives one) for every column
     that reads as a latency, grouped by row; ``None`` when nothing in the table can be plotted."""
@@ -165,28 +173,31 @@ def plot_geometry(columns: tuple, rows: tuple, width: int = 450, bar: int = 16) 
             m = CELL.match(r[j]) if j < len(r) else None
             cells.append(tuple(float(x) for x in m.groups() if x is not None) if m else None)
         values.append(cells)
-    top = max(max(c) for cells in values for c in cells if c) or 1.0
-    left, right, pad = 130, 56, 10
+    top = _nice(max(max(c) for cells in values for c in cells if c) or 1.0)
+    # each row's label (its other cells: shape, dtype) on a line of its own above its bars, so a long
+    # shape description is never clipped; the ticks' labels reach 1.0 * top, the bars' values past it
+    left, right, pad, label_h = 6, 56, 8, 16
     span = width - left - right
     groups, y = [], pad
     for r, cells in zip(rows, values):
-        label = " ".join(r[j] for j in labels[:2] if j < len(r) and r[j])
+        label = ", ".join(r[j] for j in labels[:2] if j < len(r) and r[j])
+        y0 = y + label_h
         bars = []
         for k, c in enumerate(cells):
             if c is None:
                 continue
             v = c[0]
-            b = {"y": y + k * (bar + 2), "w": max(1.0, span * v / top), "value": f"{v:g}",
+            b = {"y": y0 + k * (bar + 2), "w": max(1.0, span * v / top), "value": f"{v:g}",
                  "color": PALETTE[k % len(PALETTE)], "lo": 0.0, "hi": 0.0, "band": ""}
             if len(c) == 3:
                 b.update(lo=left + span * c[1] / top, hi=left + span * c[2] / top, band=f"{c[1]:g}-{c[2]:g}")
             b["text_x"] = max(left + b["w"], b["hi"]) + 6
             bars.append(b)
-        h = max(1, len(cells)) * (bar + 2)
-        groups.append({"label": label[:20], "y": y, "mid": y + h / 2, "bars": bars})
-        y += h + pad
+        groups.append({"label": label[:70], "label_y": y + 12, "bars": bars})
+        y = y0 + max(1, len(cells)) * (bar + 2) + pad
     legend = [{"name": columns[j], "color": PALETTE[k % len(PALETTE)], "y": y + 34 + 18 * k}
               for k, j in enumerate(series)]
-    ticks = [{"x": left + span * f, "label": f"{top * f:.3g}"} for f in (0, 0.25, 0.5, 0.75, 1.0)]
+    ticks = [{"x": left + span * f, "label": f"{top * f:.3g}",
+              "anchor": "start" if f == 0 else "end" if f == 1 else "middle"} for f in (0, 0.2, 0.4, 0.6, 0.8, 1.0)]
     return {"width": width, "height": y + 24 + 18 * len(series), "left": left, "span": span, "bar": bar,
             "axis_y": y - pad / 2, "groups": groups, "legend": legend, "ticks": ticks}

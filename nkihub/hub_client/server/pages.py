@@ -30,7 +30,6 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from .. import paths as P
-from ..errors import InvalidNameError
 from ..storage import EntryNotFound, RepoNotFound, StorageError
 from . import card_html, overview as O
 
@@ -84,10 +83,10 @@ def respond(cfg, request: Request, segs: list[str], repo_type: str | None) -> Re
     try:
         view = route(segs, repo_type)
         return None if view is None else view(cfg, request)
-    except InvalidNameError as e:
-        return _error(request, 400, str(e))
     except StorageError as e:
         return _error(request, e.status, str(e))
+    except ValueError as e:  # InvalidNameError among them, and a query parameter that is not a number
+        return _error(request, 400, str(e))
 
 
 # ---- rendering --------------------------------------------------------------------------------------
@@ -185,15 +184,16 @@ def index(cfg, request: Request, repo_type: str | None, org: str | None) -> Resp
     if wanted and wanted not in PREFIX:
         wanted = TYPE_INDEXES.get(wanted)
     see_private = authorized(cfg, request)
-    rows = []
+    rows, total = [], 0
     for t, rid in cfg.storage.list_repos():
-        if (wanted and t != wanted) or (org and rid.split("/")[0] != org):
-            continue
         try:
+            if cfg.storage.repo_meta(t, rid).get("private") and not see_private:
+                continue
+            total += 1
+            if (wanted and t != wanted) or (org and rid.split("/")[0] != org):
+                continue
             row = summary(cfg, t, rid)
         except StorageError:  # a repo removed while listing
-            continue
-        if row["private"] and not see_private:
             continue
         text = f"{rid} {row['title']} {row['description']}".lower()
         if q and not all(word in text for word in q.lower().split()):
@@ -201,8 +201,7 @@ def index(cfg, request: Request, repo_type: str | None, org: str | None) -> Resp
         rows.append(row)
     order = {t: i for i, t in enumerate(("kernel", "model", "dataset", "space"))}  # kernels first: what this Hub is for
     rows.sort(key=lambda r: (order[r["type"]], r["id"].lower()))
-    return _html(request, "index.html.j2", rows=rows, type=wanted, org=org, query=q,
-                 total=len(cfg.storage.list_repos()))
+    return _html(request, "index.html.j2", rows=rows, type=wanted, org=org, query=q, total=total)
 
 
 def repo_page(cfg, request: Request, repo_type: str, repo_id: str) -> Response:
