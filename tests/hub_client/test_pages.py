@@ -268,3 +268,11 @@ def test_list_repos_sees_complete_repos_only(hub):
     api.create_repo("a/k", repo_type="kernel")
     (hub.storage.root / "repos" / "model" / "x" / "half").mkdir(parents=True)  # no refs.json: not a repo
     assert hub.storage.list_repos() == [("kernel", "a/k"), ("model", "b/m")]
+
+
+def test_statement_fields_beyond_repo_variant_and_files_are_shown_and_expiry_warns():
+    assert overview._short(None) == "none" and overview._short({"torch-cpu": "a", "torch-neuron": "b"}) == \
+        "torch-cpu, torch-neuron" and overview._short(3) == "3"
+    assert overview._expired("2001-01-01T00:00:00Z") == "2001-01-01T00:00:00Z"
+    assert overview._expired("2999-01-01T00:00:00Z") == "" and overview._expired(None) == ""
+    assert overview._expired("soon") == ""

@@ -242,8 +242,11 @@ def signature_view(st: Storage, commit: Commit, repo_id: str, variant: str, actu
         if "metadata.json" in signed else f"{statement.get('repo_id')} ({statement.get('variant')}): {len(signed)} files"
     fields = tuple((k, _short(v)) for k, v in sorted(statement.items()) if k not in ("repo_id", "variant", "files"))
     is_trusted = doc["key"] in trusted
+    expired = _expired(statement.get("expires"))
     if problems:
         summary, level = f"signature by {kid} INVALID", BAD
+    elif is_trusted and expired:  # a frozen Hub may be serving an old build as current
+        summary, level = f"signed by {kid}, a key trusted for {org!r}; expired {expired}", WARN
     elif is_trusted:
         summary, level = f"signed by {kid}, a key trusted for {org!r}", GOOD
     else:
@@ -254,8 +257,26 @@ def signature_view(st: Storage, commit: Commit, repo_id: str, variant: str, actu
 
 
 def _short(value) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    """A statement field for a person: a map by its keys (a release by its variants), null as none."""
+    if value is None:
+        return "none"
+    text = value if isinstance(value, str) else ", ".join(map(str, value)) if isinstance(value, dict) \
+        else json.dumps(value, sort_keys=True)
     return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _expired(value) -> str:
+    """The expiry time if a statement's ``expires`` is in the past, else ``""``."""
+    from datetime import datetime, timezone
+
+    if not isinstance(value, str):
+        return ""
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return ""
+    when = when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+    return value if when < datetime.now(timezone.utc) else ""
 
 
 def trust_summary(variants: list[VariantView]) -> tuple[str, str]:
