@@ -240,7 +240,7 @@ def signature_view(st: Storage, commit: Commit, repo_id: str, variant: str, actu
         problems.append(f"files differ from what key {kid} signed: " + ", ".join(f"{rel} ({s})" for rel, s in diff.items()))
     covers = f"{statement.get('repo_id')} ({statement.get('variant')}): {len(signed)} files, metadata.json included" \
         if "metadata.json" in signed else f"{statement.get('repo_id')} ({statement.get('variant')}): {len(signed)} files"
-    fields = tuple((k, _short(v)) for k, v in sorted(statement.items()) if k not in ("repo_id", "variant", "files"))
+    fields = tuple((k, _short(v)) for k, v in sorted(statement.items()) if k not in ("repo_id", "variant", "files", "format"))
     is_trusted = doc["key"] in trusted
     expired = _expired(statement.get("expires"))
     if problems:
