@@ -1,7 +1,8 @@
 """Talk to a Hugging Face Hub (or the bundled local one) with the official huggingface_hub client.
 
 Stores and serves files, builds and uploads repos from a directory, resolves revisions, downloads
-into the cache and verifies digests. Knows nothing of what the files mean.
+into the cache and verifies digests. Knows nothing of what the files mean, beyond the kernel-repo
+layout its server's pages show (variants, their digests and signatures, tuned configs).
 
 Import is cheap: the server (starlette, uvicorn) and huggingface_hub load only when used.
 """

@@ -38,6 +38,11 @@ def b64_sha256(data: bytes) -> str:
     return base64.b64encode(hashlib.sha256(data).digest()).decode("ascii")
 
 
+def hex_to_b64(sha256_hex: str) -> str:
+    """A hex sha256 (the Hub's record of a file) in the base64 form metadata.json and signatures use."""
+    return base64.b64encode(bytes.fromhex(sha256_hex)).decode("ascii")
+
+
 def sha256_b64(path: str | os.PathLike) -> str:
     """Base64 of the raw sha256 of a file: the per-file form Hugging Face kernels' metadata.json uses."""
-    return base64.b64encode(bytes.fromhex(sha256_file(path))).decode("ascii")
+    return hex_to_b64(sha256_file(path))

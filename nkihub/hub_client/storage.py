@@ -257,6 +257,18 @@ class Storage:
             os.rename(d, grave)
         shutil.rmtree(grave, ignore_errors=True)
 
+    def list_repos(self) -> list[tuple[str, str]]:
+        """``(repo_type, repo_id)`` of every complete repo (one with refs), sorted by type then id."""
+        out = []
+        for repo_type in P.REPO_TYPES:
+            for refs in (self.root / "repos" / repo_type).glob("*/*/refs.json"):
+                ns, name = refs.parent.parent.name, refs.parent.name
+                try:
+                    out.append((repo_type, P.check_repo_id(f"{ns}/{name}")))
+                except ValueError:  # a stray directory that no repo id names
+                    continue
+        return sorted(out)
+
     def repo_meta(self, repo_type: str, repo_id: str) -> dict:
         d = self._existing(repo_type, repo_id)
         return json.loads((d / "repo.json").read_text())

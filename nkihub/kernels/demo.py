@@ -9,7 +9,12 @@
 6. kernelize one model of every vision-transformer family (ViT, DeiT, DINOv2 with and without registers,
    SigLIP and CLIP vision: published widths and head dims, one layer) from the Hub and compare;
 7. write PNG plots and the Perfetto trace and timeline of vit-attn; print one results table (a row per
-   kernel and dtype, and per family).
+   kernel and dtype, and per family);
+8. look at the Hub's pages in a headless browser: screenshots of its index and of neuron/vit-attn's page
+   in the output directory (where Chromium and Selenium are installed; ``bash scripts/setup.sh`` installs
+   them), and print the address of the index page (``--serve`` keeps the Hub up to browse it).
+
+Every kernel is published signed with a key made for the run, which the Hub's pages and the loads trust.
 """
 from __future__ import annotations
 
@@ -136,31 +141,71 @@ def _kernelize_families(progress: Progress) -> list[tuple]:
 def main(argv=None) -> int:
     """Run the demo; returns the process exit code (non-zero if any kernel is wrong)."""
     parser = argparse.ArgumentParser(prog="kernels.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="out/demo", help="where plots, traces and results go")
+    parser.add_argument("--out", default="out/demo", help="where plots, traces, screenshots and results go")
+    parser.add_argument("--serve", action="store_true",
+                        help="keep the Hub running at the end (until Ctrl-C) to browse its pages")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    progress = Progress(7)
+    progress = Progress(8)
 
     progress.step("starting the embedded Hub")
+    from nkihub.hub_client import signing
     from nkihub.hub_client.server import serve_in_background
     hub_root = Path(tempfile.mkdtemp(prefix="nkihub-hub-"))
     cache = Path(tempfile.mkdtemp(prefix="nkihub-cache-"))
-    server = serve_in_background(hub_root)
+    key = hub_root.parent / f"{hub_root.name}-publisher.key"  # outside the Hub's storage, removed at the end
+    public = signing.generate_key(key)
+    server = serve_in_background(hub_root, trusted_keys={"neuron": (public,)})
     os.environ["HF_ENDPOINT"] = server.url
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ["KERNELS_CACHE"] = str(cache)
-    progress.note(f"Hub at {server.url} (storage {hub_root})")
+    # loads check the signatures too: the publisher key of this run is trusted for the neuron org
+    os.environ["KERNELS_TRUSTED_KEYS"] = ",".join(filter(None, [os.environ.get("KERNELS_TRUSTED_KEYS"), f"neuron={public}"]))
+    progress.note(f"Hub at {server.url} (storage {hub_root}); kernels signed by key {signing.key_id(public)}")
     progress.done()
     try:
-        return _run(out, server.url, progress)
+        code = _run(out, server.url, progress, key)
+        _look_at_the_hub(server.url, out, progress)
+        print(f"\nThe Hub's index page: {server.url}/ (neuron/vit-attn: {server.url}/kernels/neuron/vit-attn)")
+        if args.serve:
+            print("Serving until Ctrl-C ...", flush=True)
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                pass
+        else:
+            print("It stops with the demo: run with --serve to keep it up and browse it.")
+        return code
     finally:
         server.stop()
         shutil.rmtree(hub_root, ignore_errors=True)
         shutil.rmtree(cache, ignore_errors=True)
+        for f in (key, Path(f"{key}.pub")):
+            f.unlink(missing_ok=True)
 
 
-def _run(out: Path, endpoint: str, progress: Progress) -> int:
+SCREENSHOTS = {"hub_index": "/", "hub_vit-attn": "/kernels/neuron/vit-attn"}
+
+
+def _look_at_the_hub(url: str, out: Path, progress: Progress) -> list[Path]:
+    """Screenshots of the Hub's index and of neuron/vit-attn's page, where a headless browser is installed."""
+    from nkihub.hub_client.browser import BrowserUnavailable, screenshot_pages
+
+    progress.step("looking at the Hub's pages in a headless browser")
+    try:
+        shots = screenshot_pages(url, SCREENSHOTS, out)
+    except BrowserUnavailable as e:
+        progress.note(f"no screenshots: {e}")
+        return []
+    for path in shots:
+        progress.note(f"screenshot {path}")
+    progress.done()
+    return shots
+
+
+def _run(out: Path, endpoint: str, progress: Progress, key: Path) -> int:
     import importlib
 
     import torch
@@ -184,7 +229,7 @@ def _run(out: Path, endpoint: str, progress: Progress) -> int:
     try:
         for repo, module_path in LIBRARY.items():
             staged = _stage(_package_dir(module_path), [estimates[repo].card_row()], staging)
-            result = kernels.publish_kernel(staged, repo, endpoint=endpoint)
+            result = kernels.publish_kernel(staged, repo, endpoint=endpoint, sign=key)
             progress.note(str(result))
     finally:
         shutil.rmtree(staging, ignore_errors=True)

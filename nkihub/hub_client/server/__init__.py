@@ -1,4 +1,4 @@
-"""The local Hub-compatible HTTP server (starlette app, run by uvicorn).
+"""The local Hub-compatible HTTP server (starlette app, run by uvicorn), with pages for a browser.
 
 ``serve_in_background(root)`` starts it in a thread on a free loopback port and returns a
 :class:`HubServer` whose ``url`` is the endpoint to give huggingface_hub; ``serve(root, port)``
@@ -54,11 +54,13 @@ def _uvicorn_server(app, log_level: str):
 
 def serve_in_background(root, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
                         lfs_threshold: int | None = None, tree_page_size: int = 1000,
-                        log_level: str = "warning", trusted_publishers=("neuron",)) -> HubServer:
+                        log_level: str = "warning", trusted_publishers=("neuron",),
+                        trusted_keys: dict | None = None) -> HubServer:
     """Start the Hub on ``host:port`` (0 = a free port) in a daemon thread and wait until it accepts.
-    ``trusted_publishers``: organizations reported as trusted kernel publishers."""
+    ``trusted_publishers``: organizations reported as trusted kernel publishers; ``trusted_keys``: org ->
+    publisher keys whose signatures its pages call trusted. Its pages are at ``url + "/"``."""
     app = create_app(root, token=token, lfs_threshold=lfs_threshold, tree_page_size=tree_page_size,
-                     trusted_publishers=trusted_publishers)
+                     trusted_publishers=trusted_publishers, trusted_keys=trusted_keys)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
@@ -76,9 +78,11 @@ def serve_in_background(root, host: str = "127.0.0.1", port: int = 0, token: str
 
 
 def serve(root, host: str = "127.0.0.1", port: int = 8080, token: str | None = None,
-          lfs_threshold: int | None = None, log_level: str = "info", trusted_publishers=("neuron",)) -> None:
+          lfs_threshold: int | None = None, log_level: str = "info", trusted_publishers=("neuron",),
+          trusted_keys: dict | None = None) -> None:
     """Run the Hub in the foreground until interrupted."""
     import uvicorn
 
-    app = create_app(root, token=token, lfs_threshold=lfs_threshold, trusted_publishers=trusted_publishers)
+    app = create_app(root, token=token, lfs_threshold=lfs_threshold, trusted_publishers=trusted_publishers,
+                     trusted_keys=trusted_keys)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="off")

@@ -8,7 +8,6 @@ before a view or the storage sees it.
 
 from __future__ import annotations
 
-import hmac
 import logging
 from urllib.parse import unquote
 
@@ -19,6 +18,7 @@ from starlette.responses import Response
 from .. import paths as P
 from ..errors import InvalidNameError
 from ..storage import BadRequest, Storage, StorageError
+from . import pages
 from . import views as V
 from .responses import error_response, from_storage_error, json_response
 
@@ -75,14 +75,7 @@ class HubApp:
 
     # ---- auth --------------------------------------------------------------------------------
     def _check_write(self, request: Request) -> Response | None:
-        token = self.config.token
-        if token is None:
-            return None
-        # compared as bytes: a str compare_digest refuses non-ASCII (a TypeError, once answered as a 400),
-        # and any header that is not exactly our token is the same 401
-        got = request.headers.get("authorization", "").encode("latin-1", "replace")
-        scheme, _, value = got.partition(b" ")
-        if scheme.lower() == b"bearer" and hmac.compare_digest(value.strip(), token.encode("utf-8")):
+        if pages.authorized(self.config, request):
             return None
         return error_response(401, "Invalid credentials in Authorization header")
 
@@ -97,9 +90,9 @@ class HubApp:
         if segs[:1] == ["api"]:
             return await self._api(request, segs[1:], m, base)
         # file downloads and the git-LFS batch endpoint live under the repo URL
-        repo_type = "model"
+        repo_type, typed = "model", False
         if segs and segs[0] in URL_PREFIXES:
-            repo_type, segs = URL_PREFIXES[segs[0]], segs[1:]
+            repo_type, segs, typed = URL_PREFIXES[segs[0]], segs[1:], True
         if len(segs) >= 3 and segs[1].endswith(".git") and segs[2:] == ["info", "lfs", "objects", "batch"] and m == "POST":
             repo_id = P.check_repo_id(f"{segs[0]}/{segs[1][:-4]}")
             return self._check_write(request) or await V.lfs_batch(cfg, request, repo_type, repo_id, base)
@@ -108,6 +101,10 @@ class HubApp:
             revision = P.check_revision(segs[3])
             path = P.check_path("/".join(segs[4:]))
             return await run_in_threadpool(V.resolve_file, cfg, request, repo_type, repo_id, revision, path)
+        if m in ("GET", "HEAD"):  # the pages a browser opens (pages.py); the API above is never one of them
+            page = await run_in_threadpool(pages.respond, cfg, request, segs, repo_type if typed else None)
+            if page is not None:
+                return page
         raise NotFound(f"no route for {m} {request.url.path}")
 
     async def _api(self, request: Request, segs: list[str], m: str, base: str) -> Response:
@@ -200,10 +197,12 @@ class HubApp:
 
 
 def create_app(root, token: str | None = None, lfs_threshold: int | None = None, tree_page_size: int = 1000,
-               trusted_publishers=("neuron",)) -> HubApp:
+               trusted_publishers=("neuron",), trusted_keys: dict | None = None) -> HubApp:
     """Build the ASGI app for a storage directory (created if missing; stale partial writes removed).
-    ``trusted_publishers``: organizations the Hub reports as trusted kernel publishers."""
+    ``trusted_publishers``: organizations the Hub reports as trusted kernel publishers; ``trusted_keys``:
+    org -> publisher keys (``ed25519:<base64>``) whose signatures the pages call trusted."""
     storage = Storage(root)
     storage.clean_tmp()
+    keys = {org: tuple(k) for org, k in (trusted_keys or {}).items()}
     return HubApp(V.HubConfig(storage=storage, token=token, lfs_threshold=lfs_threshold, tree_page_size=tree_page_size,
-                              trusted_publishers=tuple(trusted_publishers)))
+                              trusted_publishers=tuple(trusted_publishers), trusted_keys=keys))

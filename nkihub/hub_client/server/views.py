@@ -44,6 +44,8 @@ class HubConfig:
     commits_page_size: int = 50
     faults: Faults = field(default_factory=Faults)
     trusted_publishers: tuple[str, ...] = ("neuron",)  # organizations marked trustedKernelPublisher
+    # org -> publisher keys ("ed25519:<base64>") the pages call trusted; loads trust the user's own keys
+    trusted_keys: dict = field(default_factory=dict)
 
 
 def _bool(v: str | None) -> bool:
@@ -98,7 +100,9 @@ async def create_repo(cfg: HubConfig, request: Request, base: str) -> Response:
     if not body.get("organization"):
         raise BadRequest("repo id must be namespace/name (no user namespace on this server)")
     repo_id = P.check_repo_id(f"{body['organization']}/{body.get('name', '')}")
-    created = await run_in_threadpool(cfg.storage.create_repo, repo_type, repo_id, bool(body.get("private")))
+    # huggingface_hub 1.x sends "visibility"; older clients "private"
+    private = bool(body.get("private")) or body.get("visibility") == "private"
+    created = await run_in_threadpool(cfg.storage.create_repo, repo_type, repo_id, private)
     url = repo_url(base, repo_type, repo_id)
     if not created:
         return json_response({"error": "You already created this repo", "url": url}, 409)

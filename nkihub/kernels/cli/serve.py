@@ -21,8 +21,12 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from nkihub.hub_client.server import serve
 
+    from nkihub.kernels import config
+
     token = args.token or os.environ.get("NKIHUB_HUB_TOKEN") or None
-    print(f"nkihub Hub on http://{args.host}:{args.port} (root {args.root}); set HF_ENDPOINT to this URL", flush=True)
+    keys = config.trusted_keys()  # the pages call a signature trusted by the keys a load here would trust
+    print(f"nkihub Hub on http://{args.host}:{args.port} (root {args.root}); set HF_ENDPOINT to this URL; "
+          f"open it in a browser to see its repos", flush=True)
     serve(args.root, host=args.host, port=args.port, token=token, lfs_threshold=args.lfs_threshold,
-          trusted_publishers=tuple(args.trusted_publisher or ("neuron",)))
+          trusted_publishers=tuple(args.trusted_publisher or ("neuron",)), trusted_keys=keys)
     return 0
