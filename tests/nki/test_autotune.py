@@ -95,6 +95,23 @@ def test_decorator_tunes_once_then_uses_the_disk_cache_in_a_fresh_process(cache_
     assert len(again.tuned_scale.reports) == 1
 
 
+def test_best_config_is_also_the_attribute_of_the_last_launch_as_in_triton():
+    mod = load()
+    tuned = nki.autotune(configs=[{"tile": 64}, {"tile": 128}], key=["x"], check=mod.ref, workers=1)(mod.tiled_scale)
+    assert not tuned.best_config and tuned.best_config.kwargs == {}      # no launch yet
+    assert "no launch yet" in repr(tuned.best_config)
+    np.testing.assert_allclose(tuned(X), X * 2)
+    chosen = tuned.config_for(X)
+    assert tuned.best_config and tuned.best_config == chosen and chosen == tuned.best_config
+    assert tuned.best_config.kwargs == chosen.kwargs and repr(tuned.best_config) == repr(chosen)
+    assert {chosen: "x"}[tuned.best_config] == "x"                      # hashes as the config
+    assert tuned.best_config(X) == chosen                               # the method form still works
+    assert tuned.best_config(X, target="trn1") == tuned.config_for(X, target="trn1")
+    # the attribute follows the launches: another shape, another choice recorded
+    tuned(X[:64])
+    assert tuned.best_config == tuned.config_for(X[:64])
+
+
 def test_configs_list_and_early_prune_in_the_manner_of_triton():
     mod = load()
     seen = {}
