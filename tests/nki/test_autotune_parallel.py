@@ -103,7 +103,8 @@ def run_script(path: Path, cache: Path, workers: int, **env) -> dict:
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "bootstrapping phase" not in done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    # the script's one JSON line (Ray may print notices of its own around it)
+    return json.loads(next(line for line in reversed(done.stdout.splitlines()) if line.startswith("{")))
 
 
 @pytest.fixture
