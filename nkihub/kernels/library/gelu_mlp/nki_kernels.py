@@ -69,8 +69,9 @@ def transposed_rows(row_tiles, f, dtype):
 
 def linear_t_units(x_t, in_f, tokens, w_t, b_cols, out_f, act, out_t, scale=1.0, out_tiles=None):
     """out_t = act(scale * (W x^T) + b_cols) as [128, n_out_tiles, tokens], from x^T (in_f features) and
-    W^T (tiles [128, n_in_tiles, *] or lists of k-tiles, see :func:`ktile`; ``out_t`` likewise) and b_cols
-    [128, n_out_tiles] fp32 (already multiplied by ``scale``). ``out_tiles`` [(first feature, rows)] says
+    W^T (tiles [128, n_in_tiles, *] or lists of k-tiles, see :func:`ktile`, or a :class:`StreamedT`;
+    ``out_t`` tiles or lists) and b_cols [128, n_out_tiles] fp32 (already multiplied by ``scale``).
+    ``out_tiles`` [(first feature, rows)] says
     which output features each out tile holds on its first partitions (default: 128 in a row). Tokens go
     through the Tensor Engine 512 at a time (the moving free size); bias and activation are fused into the
     PSUM evacuation on the Scalar Engine. A generator that yields after each PSUM group so a caller can
@@ -151,7 +152,7 @@ def ktile(x_t, kd):
 
 def linear_rows_units(x_t, in_f, tokens, w_t, out_f, add_tiles, out_dtype, outs):
     """Row-major out [tokens, out_f] = x @ W^T + add, from x^T and W^T ([128, n_in_tiles, *] tiles or lists
-    of k-tiles, see :func:`ktile`), appended to ``outs`` as (new SBUF tile [rows, out_f], rows) per
+    of k-tiles, see :func:`ktile`, or a :class:`StreamedT`), appended to ``outs`` as (new SBUF tile [rows, out_f], rows) per
     128-token tile; a generator that yields after each PSUM group so a caller can interleave other work.
     ``add_tiles(i, rows)`` gives the fp32 tile [rows, out_f] added during the PSUM evacuation (bias
     broadcast, or bias plus residual)."""
