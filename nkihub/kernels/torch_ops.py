@@ -207,6 +207,17 @@ def launch(kernel, *args, **kwargs):
     return nki.simulate(kernel)(*args, **kwargs)
 
 
+def compiling(target: str):
+    """A context manager inside which kernel launches on CPU tensors are compiled for ``target`` (traced,
+    checked and allocated, and kept in the kernel's cache as a run keeps them) and return zero-filled
+    outputs instead of running (``nki.estimating(cost=False)``); a rule a kernel breaks at these shapes
+    raises as its run would. None where the NKI in use has no such mode (AWS's: its compiler decides)."""
+    import nki
+
+    estimating = getattr(nki, "estimating", None)
+    return None if estimating is None else estimating((target,), cost=False)
+
+
 DEFAULT_OPCHECK_TESTS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
 
 

@@ -7,8 +7,11 @@ transformers module it replaces (``kernelize`` binds it there) and calls the ker
 function: the kernel's own ``layers.<name>`` when it ships one (Hugging Face's convention), else one
 built by :mod:`kernels.library.model_layers`. Each class says what it can do (``has_backward``,
 ``can_torch_compile``) and, through ``unsupported_reason(module, mode)`` added here, why it cannot take
-a given module: the kernel's own argument checks run on meta tensors of the module's shapes, so an
-unsupported head dim or dtype is a kernelize decision, not a crash in the middle of a forward.
+a given module: the kernel's own argument checks run on meta tensors of the module's shapes, and its
+launches are compiled (not run) for the target in force at those shapes, so an unsupported head dim or
+dtype, or tiles that do not fit the target's SBUF, are a kernelize decision, not a crash in the middle
+of a forward. A refused encoder layer keeps its own forward and its attention, MLP and LayerNorms are
+then considered one by one (the unfused kernels).
 
 Shapes follow transformers 5.x ViT (``ViTAttention`` with ``q_proj/k_proj/v_proj/o_proj``, ``ViTMLP``
 with ``fc1/fc2``, ``ViTLayer``) and the other families' equivalents (read through model_layers'
@@ -24,7 +27,7 @@ from torch import nn
 
 from .library import model_layers
 from .library.model_layers import activation_kwargs, attention_parts, block_args, layer_parts, mlp_activation
-from .torch_ops import library_of
+from .torch_ops import compiling, library_of
 from .vit_parts import is_vision, seq_len
 
 
@@ -32,14 +35,37 @@ def _seq_len(module) -> int:
     return seq_len(getattr(module, "config", None))
 
 
-def _dry_run(call) -> str | None:
-    """Run the kernel's argument checks on meta tensors: the ValueError text, or None when accepted."""
+def _dry_run(call, what: str = "the kernel") -> str | None:
+    """Why ``call(empty)`` cannot run, or None when it can. ``call`` runs the kernel's torch function on
+    tensors made by ``empty(*shape, dtype=)``: first on meta tensors (the kernel's argument checks), then,
+    where launches go to nkihub's simulator, on uninitialised CPU tensors with every launch compiled for
+    the target in force, neither run nor costed (``torch_ops.compiling``): a kernel whose tiles
+    do not fit that target's SBUF or PSUM at the module's widths is refused here, not in the first
+    forward. The compiled kernels stay cached, so a forward of the same shapes traces nothing."""
     try:
         with torch.no_grad():
-            call()
+            call(_meta)
     except (ValueError, NotImplementedError) as exc:
-        return f"the kernel rejects this layer: {exc}"
+        return f"{what} rejects this layer: {exc}"
+    from nkihub.simulator.errors import NkiError
+    from nkihub.simulator.targets import get_target
+
+    target = get_target().name
+    context = compiling(target)
+    if context is None:
+        return None
+    try:
+        with torch.no_grad(), context:
+            call(_empty)
+    except NkiError as exc:
+        return (f"{what} does not compile for {target} at this layer's shapes: "
+                f"{exc.message} [rule: {exc.rule}]")
+    except (ValueError, NotImplementedError) as exc:
+        return f"{what} rejects this layer: {exc}"
     return None
+
+
+BLOCK_CHECK_IMAGES = 3
 
 
 def _has_backward(kernel) -> bool:
@@ -54,6 +80,10 @@ def _meta(*shape, dtype) -> torch.Tensor:
     return torch.empty(*shape, dtype=dtype, device="meta")
 
 
+def _empty(*shape, dtype) -> torch.Tensor:
+    return torch.empty(*shape, dtype=dtype)
+
+
 # ---- what each layer cannot take (nkihub's kernelize asks before replacing) -------------------------------
 def _attention_reason(kernel, module, mode) -> str | None:
     from .layers import Mode
@@ -64,8 +94,12 @@ def _attention_reason(kernel, module, mode) -> str | None:
     if Mode.TRAINING in mode and p.dropout > 0:
         return f"attention dropout {p.dropout} in training (the kernel has no dropout)"
     attend = _attend(kernel)
-    q = _meta(1, p.heads, _seq_len(module), p.head_dim, dtype=p.q.weight.dtype)
-    return _dry_run(lambda: attend(q, q, q, p.scale))
+
+    def call(empty):
+        q = empty(1, p.heads, _seq_len(module), p.head_dim, dtype=p.q.weight.dtype)
+        attend(q, q, q, p.scale)
+
+    return _dry_run(call)
 
 
 def _mlp_reason(kernel, module, mode) -> str | None:
@@ -74,9 +108,12 @@ def _mlp_reason(kernel, module, mode) -> str | None:
     w1, b1, w2, b2 = module.fc1.weight, module.fc1.bias, module.fc2.weight, module.fc2.bias
     if b1 is None or b2 is None:
         return "fc1/fc2 without bias (the kernel takes both biases)"
-    x = _meta(1, _seq_len(module), w1.shape[1], dtype=w1.dtype)
-    m = [_meta(*t.shape, dtype=t.dtype) for t in (w1, b1, w2, b2)]
-    return _dry_run(lambda: kernel.gelu_mlp(x, *m, **activation_kwargs(module)))
+
+    def call(empty):
+        x = empty(1, _seq_len(module), w1.shape[1], dtype=w1.dtype)
+        kernel.gelu_mlp(x, *(empty(*t.shape, dtype=t.dtype) for t in (w1, b1, w2, b2)), **activation_kwargs(module))
+
+    return _dry_run(call)
 
 
 def _layer_norm_reason(kernel, module, mode) -> str | None:
@@ -85,9 +122,12 @@ def _layer_norm_reason(kernel, module, mode) -> str | None:
     if module.weight is None or module.bias is None:
         return "no affine weight/bias (the kernel takes both)"
     w = module.weight
-    x = _meta(1, w.shape[0], dtype=w.dtype)
-    return _dry_run(lambda: kernel.layer_norm(x, _meta(*w.shape, dtype=w.dtype),
-                                              _meta(*w.shape, dtype=w.dtype), module.eps))
+
+    def call(empty):
+        kernel.layer_norm(empty(1, w.shape[0], dtype=w.dtype), empty(*w.shape, dtype=w.dtype),
+                          empty(*w.shape, dtype=w.dtype), module.eps)
+
+    return _dry_run(call)
 
 
 def _block_reason(kernel, module, mode) -> str | None:
@@ -105,8 +145,13 @@ def _block_reason(kernel, module, mode) -> str | None:
         return "the two LayerNorms have different eps (the kernel takes one)"
     params, options = block_args(module)
     w = params[0]
-    x = _meta(1, _seq_len(parts.attention), w.shape[0], dtype=w.dtype)
-    return _dry_run(lambda: kernel.vit_block(x, *(_meta(*p.shape, dtype=p.dtype) for p in params), **options))
+
+    def call(empty):
+        # three images: the fused kernel pipelines three at a time, so its SBUF peak is reached
+        x = empty(BLOCK_CHECK_IMAGES, _seq_len(parts.attention), w.shape[0], dtype=w.dtype)
+        kernel.vit_block(x, *(empty(*p.shape, dtype=p.dtype) for p in params), **options)
+
+    return _dry_run(call, "the fused layer kernel")
 
 
 def _qkv_bias_reason(attention) -> str | None:  # the fused kernels take the q/k/v biases

@@ -67,15 +67,26 @@ MODELS = {m.family: m for m in (
 )}
 
 
+# The larger published widths of the plain ViT family (the fused layer's weights outgrow SBUF there):
+# ViT-L/16 (head dim 64) and ViT-H/14 (head dim 80, W^T of fc1 and fc2 200 KiB a partition each in fp32).
+SIZES = {m.checkpoint.split("/")[-1]: m for m in (
+    ModelSpec("ViT", "google/vit-large-patch16-224", "ViTModel", "ViTConfig",
+              _widths(1024, 24, 16, 4096, 224, 16, 1e-12, "gelu")),
+    ModelSpec("ViT", "google/vit-huge-patch14-224-in21k", "ViTModel", "ViTConfig",
+              _widths(1280, 32, 16, 5120, 224, 14, 1e-12, "gelu")),
+)}
+
+
 def build(family: str, layers: int | None = None, image_size: int | None = None, seed: int = 0,
           heads: int | None = None):
-    """A randomly initialised model of ``family`` (a key of MODELS) in eval mode, every parameter
-    perturbed (so zero-initialised biases and unit layer scales are exercised too); ``layers``,
-    ``image_size`` and ``heads`` shrink it (see ModelSpec.make_config)."""
+    """A randomly initialised model of ``family`` (a key of MODELS, or of SIZES: a checkpoint name such
+    as ``"vit-huge-patch14-224-in21k"``) in eval mode, every parameter perturbed (so zero-initialised
+    biases and unit layer scales are exercised too); ``layers``, ``image_size`` and ``heads`` shrink it
+    (see ModelSpec.make_config)."""
     import torch
     import transformers
 
-    spec = MODELS[family]
+    spec = MODELS[family] if family in MODELS else SIZES[family]
     torch.manual_seed(seed)
     model = getattr(transformers, spec.model_class)(spec.make_config(layers, image_size, heads)).eval()
     with torch.no_grad():

@@ -35,6 +35,7 @@ class Estimate:
 
     targets: tuple
     launches: list = field(default_factory=list)
+    cost: bool = True
 
     def latency_s(self, target: str) -> float:
         """Sum of the estimated latencies of every launch on ``target`` (launches run back to back)."""
@@ -56,9 +57,13 @@ def active() -> "Estimate | None":
 
 
 @contextlib.contextmanager
-def estimating(targets=("trn2",)):
-    """Record and cost every kernel launch in the block on ``targets`` instead of simulating it."""
-    est = Estimate(tuple(targets))
+def estimating(targets=("trn2",), *, cost: bool = True):
+    """Record and cost every kernel launch in the block on ``targets`` instead of simulating it.
+    ``cost=False`` only compiles each launch (traced, checked and allocated for the first target, kept in
+    the kernel's in-memory cache as a run would keep it) and records it with no reports: how a caller
+    learns that a function's kernels fit a target at given shapes (a rule they break raises, as the run
+    would) without running or costing them."""
+    est = Estimate(tuple(targets), cost=cost)
     token = _ACTIVE.set(est)
     try:
         yield est
@@ -74,7 +79,7 @@ def record(kernel, args, kwargs, want_torch: bool):
     from nkihub.nki.profile import profile
 
     est = _ACTIVE.get()
-    reports = {t: profile(kernel, *args, target=t, **kwargs) for t in est.targets}
+    reports = {t: profile(kernel, *args, target=t, **kwargs) for t in est.targets} if est.cost else {}
     program = kernel.trace(*args, target=est.targets[0], **kwargs)
     shapes = tuple(tuple(to_numpy(a).shape) for a in args if is_array(a))
     est.launches.append(Launch(kernel.__name__, shapes, reports))

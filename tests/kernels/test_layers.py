@@ -238,3 +238,61 @@ def test_kernelized_vit_compiles_fullgraph():
         out = compiled(x).last_hidden_state
     assert sum(calls.values()) == 7
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+
+
+# -- a fused layer whose kernel does not fit the target: refused by kernelize, never by a forward -----------
+def _too_big_kernel_module():
+    """A kernel module whose ``vit_block`` passes its argument checks but whose kernel needs more SBUF
+    than any target has (as the fused ViT-H layer did on trn1 and trn2 in fp32)."""
+    import types
+
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+
+    from nkihub.kernels.library import common
+
+    @nki.jit
+    def too_big(x):   # x [rows <= 128, d] -> x, through two 160 KB-a-partition tiles alive together
+        rows, d = x.shape
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        a = nl.ndarray((rows, 40000), dtype=nl.float32, buffer=nl.sbuf)
+        b = nl.ndarray((rows, 40000), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=a, value=0.0)
+        nisa.memset(dst=b, value=0.0)
+        nl.store(out, nl.add(nl.load(x), nl.add(a[:, :d], b[:, :d])))
+        return out
+
+    def vit_block(x, *params, num_heads, eps=1e-12, activation="gelu"):
+        if x.device.type == "meta":
+            return torch.empty_like(x)
+        return torch.cat([common.run(too_big, rows) for rows in x.reshape(-1, x.shape[-1]).split(128)]).reshape(x.shape)
+
+    module = types.ModuleType("too_big_block")
+    module.vit_block, module.has_backward = vit_block, False
+    return module
+
+
+def test_a_layer_whose_kernel_does_not_fit_the_target_is_refused_at_kernelize_time():
+    from nkihub.kernels.layers import LayerRepository
+
+    class ModuleRepository(LayerRepository):
+        def load_kernel(self):
+            return kernel
+
+    kernel = _too_big_kernel_module()
+    model, x = tiny_vit(), _pixels()
+    with torch.no_grad():
+        ref = model(x).last_hidden_state
+    with use_kernel_mapping({"ViTLayer": {"cpu": ModuleRepository("test/too-big", layer_name="ViTLayer")}}):
+        kernelize(model, mode=Mode.INFERENCE, device="cpu")
+    decisions = {d.module: d for d in model.kernelize_report.decisions}
+    refused = decisions["layers.0"]
+    assert refused.status == "fallback"
+    assert "does not compile for trn2" in refused.reason and "sbuf-capacity" in refused.reason
+    # its parts take the unfused kernels instead, and the forward matches eager
+    assert {decisions[f"layers.0.{part}"].status for part in ("attention", "mlp", "layernorm_before")} == {"replaced"}
+    with torch.no_grad(), count_calls() as calls:
+        out = model(x).last_hidden_state
+    assert not any("vit_block" in name for name in calls)
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)

@@ -1,20 +1,23 @@
 """Every vision-transformer family kernelized end to end: a randomly initialised model of each family's
 published config (one layer and a small image; widths and head dims as published) against eager in
-inference (fused layers); training (flash attention's backward) and AttentionInterface with two heads of
-the published head dim (widths scaled with the heads) to keep the simulator's time down."""
+inference (fused layers, on trn1 and trn2, and ViT at ViT-L/16 and ViT-H/14 widths too); training (flash
+attention's backward) and AttentionInterface with two heads of the published head dim (widths scaled with
+the heads) to keep the simulator's time down."""
 import pytest
 import torch
 
 from nkihub.kernels import Mode, kernelize
 from nkihub.kernels.torch_ops import count_calls
-from nkihub.kernels.vit_models import MODELS, build
+from nkihub.kernels.vit import BLOCK_CHECK_IMAGES
+from nkihub.kernels.vit_models import MODELS, SIZES, build
 from nkihub.kernels.vit_parts import FAMILIES, seq_len
 
 FAMILY_NAMES = sorted(MODELS)
+TARGETS = ("trn1", "trn2")
 
 
 def _model(family, seed=0, heads=None):
-    patch = MODELS[family].config["patch_size"]
+    patch = (MODELS.get(family) or SIZES[family]).config["patch_size"]
     return build(family, layers=1, image_size=2 * patch, seed=seed, heads=heads)
 
 
@@ -32,16 +35,18 @@ def test_every_family_has_a_reference_model():
     assert MODELS["SigLIP vision"].config["hidden_size"] // MODELS["SigLIP vision"].config["num_attention_heads"] == 72
 
 
-@pytest.mark.parametrize("family", FAMILY_NAMES)
-def test_inference_fused_layers_match_eager(family):
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("family", FAMILY_NAMES + sorted(SIZES))
+def test_inference_fused_layers_match_eager(family, target, monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", target)
     model = _model(family)
-    x = _pixels(model)
+    x = _pixels(model, batch=BLOCK_CHECK_IMAGES)   # the batch kernelize compiled the fused layer for
     with torch.no_grad():
         ref = model(pixel_values=x).last_hidden_state
     kernelize(model, mode=Mode.INFERENCE, device="cpu", use_fallback=False)
     report = model.kernelize_report
     replaced = {d.module_class for d in report.replaced}
-    assert FAMILIES[family].layer in replaced
+    assert FAMILIES[(MODELS.get(family) or SIZES[family]).family].layer in replaced
     with torch.no_grad(), count_calls() as calls:
         out = model(pixel_values=x).last_hidden_state
     assert out.shape[1] == seq_len(model.config)

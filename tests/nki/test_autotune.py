@@ -95,6 +95,23 @@ def test_decorator_tunes_once_then_uses_the_disk_cache_in_a_fresh_process(cache_
     assert len(again.tuned_scale.reports) == 1
 
 
+def test_best_config_is_also_the_attribute_of_the_last_launch_as_in_triton():
+    mod = load()
+    tuned = nki.autotune(configs=[{"tile": 64}, {"tile": 128}], key=["x"], check=mod.ref, workers=1)(mod.tiled_scale)
+    assert not tuned.best_config and tuned.best_config.kwargs == {}      # no launch yet
+    assert "no launch yet" in repr(tuned.best_config)
+    np.testing.assert_allclose(tuned(X), X * 2)
+    chosen = tuned.config_for(X)
+    assert tuned.best_config and tuned.best_config == chosen and chosen == tuned.best_config
+    assert tuned.best_config.kwargs == chosen.kwargs and repr(tuned.best_config) == repr(chosen)
+    assert {chosen: "x"}[tuned.best_config] == "x"                      # hashes as the config
+    assert tuned.best_config(X) == chosen                               # the method form still works
+    assert tuned.best_config(X, target="trn1") == tuned.config_for(X, target="trn1")
+    # the attribute follows the launches: another shape, another choice recorded
+    tuned(X[:64])
+    assert tuned.best_config == tuned.config_for(X[:64])
+
+
 def test_configs_list_and_early_prune_in_the_manner_of_triton():
     mod = load()
     seen = {}
@@ -153,14 +170,43 @@ def test_bad_arguments_name_the_problem(kwargs, message):
         nki.autotune.tune(mod.tiled_scale, X, workers=1, **kwargs)
 
 
-def test_large_inputs_need_small_check_inputs():
+def test_a_realistic_activation_is_its_own_check_input():
     mod = load()
-    big = np.zeros((8192, 256), np.float32)
-    with pytest.raises(ValueError, match="check_args"):
-        nki.autotune.tune(mod.tiled_scale, big, space={"tile": [128]}, check=mod.ref, workers=1)
+    wide = np.random.default_rng(2).standard_normal((128, 65536)).astype(np.float32)   # 2^23 elements
+    tuned = nki.autotune(space={"cols": [1024, 2048, 4096]}, key=["x"], check=mod.ref, workers=1)(mod.scale_cols)
+    np.testing.assert_allclose(tuned(wide), wide * 2)
+    assert {r.status for r in tuned.reports[0].results} == {OK}
+    # without a reference, candidates are checked against the default config on the same inputs
+    report = nki.autotune.tune(mod.scale_cols, wide, space={"cols": [1024, 4096]}, workers=1)
+    assert {r.status for r in report.results} == {OK}
+
+
+def test_inputs_too_large_to_simulate_are_checked_on_leading_slices_the_kernel_accepts(monkeypatch):
+    from nkihub.nki.autotune import sweep
+
+    mod = load()
+    monkeypatch.setattr(sweep, "CHECK_ELEMENTS", 1 << 16)
+    big = np.random.default_rng(3).standard_normal((8192, 256)).astype(np.float32)
+    small, _ = sweep.check_inputs(mod.tiled_scale, (big,), {}, nki.autotune.Config(tile=128), "trn2")
+    assert small[0].shape == (512, 128) and np.array_equal(small[0], big[:512, :128])
+    report = nki.autotune.tune(mod.tiled_scale, big, space={"tile": [64, 128], "skip": [False, True]},
+                               check=mod.ref, workers=1)
+    status = {tuple(r.config.kwargs.values()): r.status for r in report.results}
+    assert status == {(False, 64): OK, (False, 128): OK, (True, 64): WRONG, (True, 128): WRONG}
+    # given check inputs are used as they are
     report = nki.autotune.tune(mod.tiled_scale, big, space={"tile": [64, 128]}, check=mod.ref, check_args=(X,),
                                workers=1)
     assert {r.status for r in report.results} == {OK}
+
+
+def test_check_inputs_are_refused_only_when_no_smaller_shape_is_accepted_with_the_reason(monkeypatch):
+    from nkihub.nki.autotune import sweep
+
+    mod = load()
+    monkeypatch.setattr(sweep, "CHECK_ELEMENTS", 1 << 16)
+    wide = np.zeros((128, 65536), np.float32)
+    with pytest.raises(ValueError, match="no leading slice .* only_full_width takes 65536 columns.*check_args"):
+        nki.autotune.tune(mod.only_full_width, wide, space={"cols": [1024, 2048]}, check=mod.ref, workers=1)
 
 
 def test_unknown_key_is_an_error():

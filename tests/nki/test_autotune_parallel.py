@@ -1,7 +1,14 @@
 """Parallel sweeps: local worker processes and a Ray cluster started on this machine (loopback only)
-give the same report as one process; a Ray sweep resumes from the cache."""
+give the same report as one process; a Ray sweep resumes from the cache; a plain script that tunes at
+its top level (no ``if __name__ == "__main__":`` guard) sweeps on workers and a second run reuses the
+choice from the disk cache."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -59,3 +66,69 @@ def test_a_local_ray_cluster_gives_the_same_report_and_resumes_from_the_cache(ra
     again = sweep()
     assert again.where == "cache" and all(r.cached for r in again.results)
     assert same(local, again)
+
+
+# A script as people write them: the kernel decorated at module level and called there, no main guard.
+PLAIN_SCRIPT = textwrap.dedent('''
+    import json, os
+    import numpy as np
+    import nki
+    import nki.language as nl
+
+    def twice(t):                      # a helper of the script the kernel uses (travels with it)
+        return nl.multiply(t, 2.0)
+
+    @nki.autotune(space={"tile": [32, 64, 128]}, key=["x"], target=("trn1", "trn2"),
+                  workers=int(os.environ["TUNE_WORKERS"]))
+    @nki.jit
+    def scale(x, tile=128):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(x.shape[0] // tile):
+            rows = nl.ds(i * tile, tile)
+            nl.store(out[rows, :], twice(nl.load(x[rows, :])))
+        return out
+
+    x = np.random.default_rng(0).standard_normal((256, 128)).astype(np.float32)
+    y = scale(x)
+    print(json.dumps({"right": bool(np.allclose(y, 2 * x)), "best": scale.best_config.kwargs,
+                      "sweeps": [r.where for r in scale.reports],
+                      "results": [[r.to_json() for r in rep.results] for rep in scale.reports]}))
+''')
+
+
+def run_script(path: Path, cache: Path, workers: int, **env) -> dict:
+    env = {**os.environ, "NKI_CACHE_DIR": str(cache), "TUNE_WORKERS": str(workers), **env}
+    env.pop("NKIHUB_SIM_CROSSCHECK", None)
+    done = subprocess.run([sys.executable, str(path)], cwd=path.parent, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "bootstrapping phase" not in done.stderr
+    # the script's one JSON line (Ray may print notices of its own around it)
+    return json.loads(next(line for line in reversed(done.stdout.splitlines()) if line.startswith("{")))
+
+
+@pytest.fixture
+def plain_script(tmp_path):
+    path = tmp_path / "plain_script.py"
+    path.write_text(PLAIN_SCRIPT)
+    return path
+
+
+def test_a_script_without_a_main_guard_tunes_on_workers_and_a_second_run_reuses_the_choice(plain_script, tmp_path):
+    first = run_script(plain_script, tmp_path / "cache", workers=2)
+    assert first["right"] and first["sweeps"] == ["local"]
+    # the same candidates and choice as a sweep in the script's own process
+    inline = run_script(plain_script, tmp_path / "cache-inline", workers=1)
+    assert inline["sweeps"] == ["inline"] and inline["results"] == first["results"]
+    assert inline["best"] == first["best"]
+    # a second process: the choice from the disk cache, no sweep
+    again = run_script(plain_script, tmp_path / "cache", workers=2)
+    assert again["right"] and again["sweeps"] == [] and again["best"] == first["best"]
+
+
+@pytest.mark.slow  # starting Ray takes ~5-15 s on this machine
+def test_a_script_without_a_main_guard_tunes_on_a_local_ray_cluster(plain_script, tmp_path, ray_cluster):
+    first = run_script(plain_script, tmp_path / "cache", workers=2, RAY_ADDRESS=ray_cluster)
+    assert first["right"] and first["sweeps"] == ["ray"]
+    again = run_script(plain_script, tmp_path / "cache", workers=2, RAY_ADDRESS=ray_cluster)
+    assert again["right"] and again["sweeps"] == [] and again["best"] == first["best"]

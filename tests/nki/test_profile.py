@@ -59,3 +59,27 @@ def test_profile_accepts_torch_tensors_and_plain_functions():
     torch = pytest.importorskip("torch")
     r = nki.profile(double.fn, torch.zeros(128, 64, dtype=torch.bfloat16), target="trn2")
     assert r.hbm_bytes == 2 * 128 * 64 * 2
+
+
+def test_estimating_without_cost_compiles_each_launch_and_runs_nothing(monkeypatch, tmp_path):
+    def no_run(*a, **k):
+        raise AssertionError("the launch ran")
+
+    monkeypatch.setattr(Executor, "run", no_run)
+    monkeypatch.setattr(Replay, "run", no_run)
+    with nki.estimating(("trn1",), cost=False) as est:
+        out = double(np.ones((128, 64), np.float32))
+    assert out.shape == (128, 64) and not out.any()
+    assert [launch.kernel for launch in est.launches] == ["double"] and est.launches[0].reports == {}
+    assert not list((tmp_path / "cache").glob("*"))     # nothing costed, nothing written to the disk cache
+
+    @nki.jit
+    def too_big(x):
+        t = nl.ndarray((128, 60000), dtype=nl.float32, buffer=nl.sbuf)   # over trn1's 192 KiB a partition
+        nisa.memset(dst=t, value=0.0)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t[:, :x.shape[1]])
+        return out
+
+    with pytest.raises(nki.KernelRuleError, match="sbuf"), nki.estimating(("trn1",), cost=False):
+        too_big(np.ones((128, 64), np.float32))

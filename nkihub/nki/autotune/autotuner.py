@@ -8,6 +8,8 @@ of ``triton.autotune``, timed on the cost model instead of a device.
 
     c = matmul(a, b)      # first call with these shapes: sweeps, caches the best, runs it
     c = matmul(a, b)      # later calls (this or another process): the cached best config
+    matmul.best_config    # the Config the last call ran with (as triton.autotune's attribute)
+    matmul.config_for(a, b, target="trn1")   # the config for given arguments (tunes if need be)
 
 The best config is cached on disk (see :mod:`nki.autotune.cache`); ``NKI_PRINT_AUTOTUNING=1`` prints
 the report of every sweep.
@@ -79,6 +81,7 @@ class Autotuner:
         self.prune = prune.get("early_config_prune")
         self.cache: dict = {}
         self.reports: list = []
+        self._last: Config | None = None     # the config of the last launch (best_config)
         self._lock = threading.Lock()
         self._digest = None
         functools.update_wrapper(self, self.kernel.fn)
@@ -104,7 +107,15 @@ class Autotuner:
             return current
         return self.targets[0]
 
-    def best_config(self, *args, target=None, **kwargs) -> Config:
+    @property
+    def best_config(self) -> "BestConfig":
+        """The config the last launch ran with, as ``triton.autotune``'s attribute: it compares, hashes and
+        reads (``.kwargs``, ``str``) like that :class:`Config`, and is false (no ``kwargs``) before the
+        first launch. Called, ``best_config(*args, target=None, **kwargs)`` is :meth:`config_for` (the
+        config for those arguments, tuning if need be), as in nkihub before the attribute."""
+        return BestConfig(self._last, self)
+
+    def config_for(self, *args, target=None, **kwargs) -> Config:
         """The config these arguments run with on ``target``: from this process's cache, else the disk
         cache, else a sweep (of every target given to the decorator, which the call's target joins)."""
         tgt = self._target(target)
@@ -150,13 +161,42 @@ class Autotuner:
         return report
 
     def __call__(self, *args, **kwargs):
-        config = self.best_config(*args, **kwargs)
+        config = self._last = self.config_for(*args, **kwargs)
         return self.kernel(*args, **kwargs, **config.kwargs)
 
     def run(self, *args, target=None, **kwargs):
         """Run on the simulator for ``target`` with the best config (see ``JitKernel.run``)."""
-        config = self.best_config(*args, target=target, **kwargs)
+        config = self._last = self.config_for(*args, target=target, **kwargs)
         return self.kernel.run(*args, target=self._target(target), **kwargs, **config.kwargs)
+
+
+class BestConfig(Config):
+    """``Autotuner.best_config``: the Config of the last launch (false and without ``kwargs`` before the
+    first), callable as ``best_config(*args, target=None, **kwargs)`` = ``Autotuner.config_for``."""
+
+    __slots__ = ("_tuner", "chosen")
+
+    def __init__(self, config: Config | None, tuner: "Autotuner"):
+        super().__init__(config.kwargs if config is not None else None)
+        self._tuner, self.chosen = tuner, config is not None
+
+    def __call__(self, *args, target=None, **kwargs) -> Config:
+        return self._tuner.config_for(*args, target=target, **kwargs)
+
+    def __bool__(self) -> bool:
+        return self.chosen
+
+    def __eq__(self, other) -> bool:
+        if not self.chosen:
+            return isinstance(other, BestConfig) and not other.chosen and other._tuner is self._tuner
+        return Config.__eq__(self, other) and getattr(other, "chosen", True)
+
+    __hash__ = Config.__hash__
+
+    def __repr__(self) -> str:
+        if not self.chosen:
+            return f"<best_config of {self._tuner.kernel.__name__}: no launch yet>"
+        return Config.__repr__(self)
 
 
 def autotune(configs=None, key=None, *, space=None, target=None, check=None, check_args=None, rtol=None,

@@ -30,13 +30,17 @@ OK, INVALID, WRONG, ERROR = "ok", "invalid", "wrong", "error"
 @dataclass(frozen=True)
 class KernelRef:
     """Where a worker finds the kernel: an importable module, else a file (with its text, for a worker
-    on another machine), and the kernel's name in it."""
+    on another machine), and the kernel's name in it; or, for a kernel of the running script or notebook
+    (``__main__``), the kernel itself pickled by value (cloudpickle: its function, and the helpers and
+    constants of the script it uses), because running the script again in a worker would run whatever
+    its top level does, the sweep included."""
 
     name: str
     module: str | None = None
     path: str | None = None
     source: str | None = None
     grid: tuple = ()
+    pickled: bytes | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, kernel) -> "KernelRef":
@@ -45,7 +49,9 @@ class KernelRef:
             return cls(fn.__qualname__, grid=grid)   # not reachable from a module: this process only
         mod = sys.modules.get(fn.__module__)
         name = fn.__module__
-        if name != "__main__" and getattr(mod, "__spec__", None) is not None and \
+        if name == "__main__":
+            return cls(fn.__name__, pickled=_by_value(kernel), grid=grid)
+        if getattr(mod, "__spec__", None) is not None and \
                 importlib.util.find_spec(name) is not None and not name.startswith("_nki_cli_"):
             return cls(fn.__name__, module=name, grid=grid)
         path = getattr(mod, "__file__", None)
@@ -56,7 +62,7 @@ class KernelRef:
     @property
     def portable(self) -> bool:
         """True when another process can find the kernel."""
-        return self.module is not None or self.path is not None
+        return self.module is not None or self.path is not None or self.pickled is not None
 
     def resolve(self):
         """The ``JitKernel`` this names (loaded once per process)."""
@@ -64,6 +70,9 @@ class KernelRef:
         if not self.portable:
             raise ValueError(f"kernel {self.name!r} is not defined at the top level of a module: it can be "
                              "tuned in this process only (workers=1)")
+        if self.pickled is not None:
+            kernel = _unpickled(self.pickled)
+            return kernel[self.grid] if self.grid else kernel
         if self.module is not None:
             obj = getattr(importlib.import_module(self.module), self.name)
         else:
@@ -86,6 +95,29 @@ class KernelRef:
             tmp.write_text(self.source)
             os.replace(tmp, copy)
         return str(copy)
+
+
+def _by_value(kernel) -> bytes | None:
+    """The kernel of the running script as bytes a worker rebuilds it from without the script (its class,
+    function and options; None when something it refers to cannot be pickled: it is then tuned in this
+    process)."""
+    import cloudpickle
+    try:
+        return cloudpickle.dumps((type(kernel), kernel.fn, dict(kernel.options)))
+    except Exception:   # a lock, an open file ... among what the kernel refers to
+        return None
+
+
+_UNPICKLED: dict = {}
+
+
+def _unpickled(data: bytes):
+    key = hashlib.sha256(data).hexdigest()
+    if key not in _UNPICKLED:
+        import pickle
+        cls, fn, options = pickle.loads(data)   # cloudpickle's bytes load with pickle (cloudpickle installed)
+        _UNPICKLED[key] = cls(fn, **options)
+    return _UNPICKLED[key]
 
 
 @dataclass(frozen=True)
@@ -122,14 +154,22 @@ class CheckCase:
     against: str = "the reference"
 
     def digest(self) -> str:
-        h = hashlib.sha256(repr((self.rtol, sorted(self.kwargs.items()))).encode())
-        for a in (*self.args, *self.expected):
+        """sha256 of the inputs, expected outputs and tolerance (once per case: the inputs may be the
+        call's own, 2^24 elements)."""
+        cached = self.__dict__.get("_digest")
+        if cached is not None:
+            return cached
+        arrays = {k: v for k, v in self.kwargs.items() if isinstance(v, np.ndarray)}
+        h = hashlib.sha256(repr((self.rtol, sorted((k, v) for k, v in self.kwargs.items()
+                                                   if k not in arrays))).encode())
+        for a in (*self.args, *(arrays[k] for k in sorted(arrays)), *self.expected):
             if isinstance(a, np.ndarray):
                 h.update(str((a.shape, a.dtype.str)).encode())
                 h.update(np.ascontiguousarray(a).tobytes())
             else:
                 h.update(repr(a).encode())
-        return h.hexdigest()
+        object.__setattr__(self, "_digest", h.hexdigest())   # frozen: the memo is not a field
+        return self.__dict__["_digest"]
 
     def mismatch(self, outs) -> str | None:
         """Why ``outs`` differ from the expected outputs, or None when they match."""

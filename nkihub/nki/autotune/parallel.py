@@ -7,8 +7,11 @@ An executor's ``map(tasks)`` yields ``(index, result)`` as candidates finish.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import sys
+import types
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
 from nkihub.nki.autotune.candidate import evaluate
@@ -36,8 +39,25 @@ def _pin_worker() -> None:
     threadpool_limits(1)
 
 
+@contextlib.contextmanager
+def _bare_main():
+    """While worker processes start: a ``__main__`` with no file and no module name. A spawned process
+    runs the parent's main script again (as ``__mp_main__``) before its first task, so a script that
+    tunes at its top level, with no ``if __name__ == "__main__":`` guard, would sweep again in every
+    worker (multiprocessing stops that with "An attempt has been made to start a new process before the
+    current process has finished its bootstrapping phase"). The workers need nothing from the script: a
+    task carries its kernel (by module, file or value, see KernelRef) and its data."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
 class LocalPool:
-    """Worker processes on this machine (spawned: a worker imports the kernel by its reference)."""
+    """Worker processes on this machine (spawned, without the user's main script: a worker imports the
+    kernel by its reference)."""
 
     name = "local"
 
@@ -47,7 +67,8 @@ class LocalPool:
                                          initializer=_pin_worker)
 
     def map(self, tasks):
-        futures = {self._pool.submit(evaluate, task): i for i, task in enumerate(tasks)}
+        with _bare_main():   # the pool starts its processes as tasks are submitted
+            futures = {self._pool.submit(evaluate, task): i for i, task in enumerate(tasks)}
         while futures:
             done, _ = wait(futures, return_when=FIRST_COMPLETED)
             for f in done:

@@ -20,7 +20,8 @@ from nkihub.nki.autotune.report import TuneReport
 from nkihub.nki.autotune.space import Config, as_config, as_configs, check_space, search_for
 from nkihub.simulator.targets import get_target
 
-CHECK_ELEMENTS = 1 << 20   # the call's own inputs are simulated as the check when they are this small
+CHECK_ELEMENTS = 1 << 24   # the call's own inputs are the check inputs when they hold at most this many elements
+MIN_CHECK_DIM = 128        # smaller check inputs keep every dim at least this long (a partition's worth)
 TPE_BATCH = 8              # configs asked per round of a TPE search (fixed: results do not depend on workers)
 
 
@@ -51,28 +52,86 @@ def targets_of(target) -> tuple:
     return names
 
 
+def _elements(args) -> int:
+    return sum(to_numpy(a).size for a in args if is_array(a))
+
+
+def _cut(d: int, factor: int) -> int:
+    """``d`` divided by the largest power of two up to ``factor`` that divides it and leaves at least
+    MIN_CHECK_DIM."""
+    while factor > 1 and (d % factor or d // factor < MIN_CHECK_DIM):
+        factor //= 2
+    return d // factor
+
+
+def _sliced(args, factor: int) -> tuple:
+    """The leading slices of ``args``' tensors with every dim cut by ``factor`` (see _cut: equal sizes are
+    cut alike, so dims that must match still match); constants kept."""
+    out = []
+    for a in args:
+        if is_array(a):
+            arr = to_numpy(a)
+            a = np.ascontiguousarray(arr[tuple(slice(0, _cut(d, factor)) for d in arr.shape)])
+        out.append(a)
+    return tuple(out)
+
+
+def check_inputs(kernel, args, kwargs, probe, target) -> tuple[tuple, dict]:
+    """The inputs ``(args, kwargs)`` candidates are simulated on when the caller gave none: the call's own
+    when their tensors hold at most CHECK_ELEMENTS elements; else the largest leading slices of them (every
+    long dim halved, quartered ...: see _sliced) within that many that the kernel accepts with the
+    ``probe`` config (traced for ``target``). ValueError with the reason when there are none."""
+    names = list(kwargs)
+    total = _elements((*args, *kwargs.values()))
+    if total <= CHECK_ELEMENTS:
+        return tuple(args), dict(kwargs)
+    tried, factor, last = [], 2, None
+    while True:
+        cut = _sliced((*args, *kwargs.values()), factor)
+        small, small_kw = cut[:len(args)], dict(zip(names, cut[len(args):]))
+        shapes = [tuple(a.shape) for a in cut if is_array(a)]
+        if shapes == last:     # no dim can be cut further
+            break
+        last = shapes
+        if _elements(cut) <= CHECK_ELEMENTS:
+            try:
+                kernel.trace(*small, target=target, **small_kw, **(probe.kwargs if probe is not None else {}))
+                return small, small_kw
+            except (ValueError, TypeError, NotImplementedError) as exc:   # nki's KernelRuleError is a ValueError
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+                tried.append(f"{' '.join('x'.join(map(str, s)) for s in shapes)}: {first}")
+        factor *= 2
+    why = ("; ".join(tried[:2]) + (" ..." if len(tried) > 2 else "")) if tried else \
+        f"no dim is longer than {MIN_CHECK_DIM} and divisible by 2"
+    raise ValueError(f"autotune simulates each candidate on check inputs: these arguments hold {total} elements "
+                     f"(more than the {CHECK_ELEMENTS} it simulates per candidate) and no leading slice of them "
+                     f"within that was accepted by {kernel.__name__} ({why}); give inputs shaped for the kernel "
+                     "(check_args=(...); nkihub tune: --check-shape)")
+
+
 def check_case(kernel, check, args, kwargs, *, check_args=None, check_kwargs=None, default=None,
-               target=None, rtol=None) -> CheckCase | None:
-    """The check every candidate must pass: the small inputs (``check_args``, else the call's own when
-    they hold at most CHECK_ELEMENTS elements) and the expected outputs of ``check`` (a reference
-    function taking the kernel's arguments, numpy in, numpy or torch out) or, without one, of the kernel
-    with its default config. None when there is neither a reference nor a default config."""
-    small = tuple(check_args) if check_args is not None else tuple(args)
+               target=None, rtol=None, probe=None) -> CheckCase | None:
+    """The check every candidate must pass: the check inputs (``check_args``, else :func:`check_inputs`
+    of the call's own, the kernel traced with ``probe`` to accept smaller ones) and the expected outputs
+    of ``check`` (a reference function taking the kernel's arguments, numpy in, numpy or torch out) or,
+    without one, of the kernel with its default config. None when there is neither a reference nor a
+    default config."""
     kw = dict(check_kwargs if check_kwargs is not None else kwargs)
-    if check_args is None and sum(to_numpy(a).size for a in small if is_array(a)) > CHECK_ELEMENTS:
-        raise ValueError(f"autotune simulates each candidate on small inputs: these arguments hold more than "
-                         f"{CHECK_ELEMENTS} elements, so give small inputs shaped for the kernel (check_args=(...); "
-                         "nkihub tune: --check-shape) or tune on smaller shapes")
+    if check is None and default is None:
+        return None
+    if check_args is not None:
+        small = tuple(check_args)
+    else:
+        small, kw = check_inputs(kernel, args, kw, probe, target)
     small = tuple(np.ascontiguousarray(to_numpy(a)) if is_array(a) else a for a in small)
+    kw = {k: np.ascontiguousarray(to_numpy(v)) if is_array(v) else v for k, v in kw.items()}
     if check is not None:
         expected, against = check(*small, **kw), "the reference"
-    elif default is not None:
+    else:
         from nkihub.nki.estimate import paused
         with paused():
             expected = kernel.run(*small, target=target, **kw, **default.kwargs)
         against = "the default config"
-    else:
-        return None
     expected = expected if isinstance(expected, (tuple, list)) else (expected,)
     expected = tuple(np.array(to_numpy(e)) for e in expected)
     return CheckCase(small, kw, expected, rtol, against)
@@ -86,7 +145,8 @@ def tune(kernel, *args, configs=None, space=None, target=None, check=None, check
     not read) on ``target`` (a name, a list, or "trn1,trn2"; default the current target).
 
     ``check``: reference function of the kernel's arguments; candidates are simulated on ``check_args``
-    (default: ``args`` when small) and their max error relative to the reference's max magnitude must be
+    (default: ``args`` when they hold at most CHECK_ELEMENTS elements, else the largest leading slices of
+    them within that which the kernel accepts, see :func:`check_inputs`) and their max error relative to the reference's max magnitude must be
     at most ``rtol`` (default by output dtype: bf16 2e-2, fp32 1e-4); without ``check`` they must match
     the kernel's default config.
     ``search``: "auto" (exhaustive up to 256 configs, else Optuna TPE for ``budget`` configs, seeded
@@ -113,8 +173,9 @@ def tune(kernel, *args, configs=None, space=None, target=None, check=None, check
         named = dict(k._bind(args, kwargs).arguments)
         config_list = as_configs(prune(config_list if config_list is not None else product(space), named))
         space = None
+    probe = default or (config_list[0] if config_list else Config({n: v[0] for n, v in space.items()}))
     case = check_case(k, check, args, kwargs, check_args=check_args, check_kwargs=check_kwargs, default=default,
-                      target=targets[0], rtol=rtol)
+                      target=targets[0], rtol=rtol, probe=probe)
     searches = {t: search_for(space, config_list, search=search, budget=budget, seed=seed, first=default)
                 for t in targets}
     ref = KernelRef.of(k)

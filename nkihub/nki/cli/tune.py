@@ -22,7 +22,8 @@ def add_parser(sub) -> None:
     p.add_argument("--check", default=None, metavar="FILE.py:FN",
                    help="reference function of the kernel's arguments (numpy); default: the kernel's default config")
     p.add_argument("--check-shape", action="append", default=[], metavar="AxB",
-                   help="shapes of the small inputs candidates are simulated on (default: --shape when small)")
+                   help="shapes of the inputs candidates are simulated on (default: --shape up to 2^24 elements, "
+                        "else leading slices of them the kernel accepts)")
     p.add_argument("--rtol", type=float, default=None, help="check tolerance, max error / max |expected| "
                    "(default by dtype)")
     p.add_argument("--search", choices=("auto", "exhaustive", "tpe"), default="auto",

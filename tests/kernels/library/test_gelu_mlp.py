@@ -61,3 +61,12 @@ def test_bad_arguments(which, bad, name):
     p[which] = bad
     with pytest.raises(ValueError, match=f"'{name}'"):
         gelu_mlp(torch.randn(3, 24), *p)
+
+
+@pytest.mark.parametrize("target", ["trn1", "trn2"])
+def test_vit_h_widths_in_fp32_stream_their_weights(target, monkeypatch):
+    # W^T of fc1 and fc2 take 200 KiB a partition each: more than trn1's whole SBUF, so they stream
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", target)
+    g = torch.Generator().manual_seed(7)
+    x, p = torch.randn(2, 5, 1280, generator=g), _params(1280, 5120, torch.float32, g)
+    _close(gelu_mlp(x, *p), reference(x, *p), torch.float32)

@@ -4,7 +4,9 @@ Both weights are turned into W^T tiles once (Tensor Engine transposes) and stay 
 up to 512 tokens, x^T is built on chip; the first matmul produces the hidden activations already
 transposed (h^T [hidden, tokens], hidden on partitions), so b1 is a per-partition bias and the exact
 (erf) GELU is fused into the PSUM evacuation on the Scalar Engine; h^T is then directly the stationary
-operand of the second matmul. The hidden activations never leave the chip.
+operand of the second matmul. The hidden activations never leave the chip. Weights too large to stay
+resident are loaded per token block, and one whose W^T would take over a quarter of an SBUF partition
+(fp32 at ViT-H widths: 200 KiB each) streams through in chunks of output features (StreamedT).
 """
 import nki
 import nki.isa as nisa
@@ -23,14 +25,24 @@ ACTIVATIONS = {"gelu": nl.gelu, "gelu_tanh": nl.gelu_apprx_tanh, "quick_gelu": n
 def load_linear(w, b):
     """A torch Linear's weight w [out, in] and bias b [out] as W^T [128, n_in_tiles, out] (SBUF, w's dtype)
     and a per-partition bias [128, n_out_tiles] (fp32; column t holds b[t*128:(t+1)*128])."""
-    out_f, in_f = w.shape
-    w_t = build_a_transposed(w, 0, out_f, k_slices(0, in_f, 1))
+    return whole_t(w), bias_cols(b)
+
+
+def whole_t(w):
+    """W^T [128, n_in_tiles, out] (SBUF, w's dtype) of a torch Linear weight w [out, in] (HBM)."""
+    return build_a_transposed(w, 0, w.shape[0], k_slices(0, w.shape[1], 1))
+
+
+def bias_cols(b):
+    """A bias b [out] (HBM) as per-partition columns [128, n_out_tiles] fp32 (column t holds
+    b[t*128:(t+1)*128])."""
+    out_f = b.shape[0]
     n_out = _cdiv(out_f, TILE_K)
     b_cols = nl.ndarray((TILE_K, n_out), dtype=nl.float32, buffer=nl.sbuf)
     for t in range(n_out):
         hw = min(TILE_K, out_f - t * TILE_K)
         nisa.dma_copy(dst=b_cols[:hw, t:t + 1], src=b[t * TILE_K:t * TILE_K + hw].reshape((hw, 1)))
-    return w_t, b_cols
+    return b_cols
 
 
 def load_rows(x, r0, tokens, f):
@@ -57,25 +69,28 @@ def transposed_rows(row_tiles, f, dtype):
 
 def linear_t_units(x_t, in_f, tokens, w_t, b_cols, out_f, act, out_t, scale=1.0, out_tiles=None):
     """out_t = act(scale * (W x^T) + b_cols) as [128, n_out_tiles, tokens], from x^T (in_f features) and
-    W^T (tiles [128, n_in_tiles, *] or lists of k-tiles, see :func:`ktile`; ``out_t`` likewise) and b_cols
-    [128, n_out_tiles] fp32 (already multiplied by ``scale``). ``out_tiles`` [(first feature, rows)] says
+    W^T (tiles [128, n_in_tiles, *] or lists of k-tiles, see :func:`ktile`, or a :class:`StreamedT`;
+    ``out_t`` tiles or lists) and b_cols [128, n_out_tiles] fp32 (already multiplied by ``scale``).
+    ``out_tiles`` [(first feature, rows)] says
     which output features each out tile holds on its first partitions (default: 128 in a row). Tokens go
     through the Tensor Engine 512 at a time (the moving free size); bias and activation are fused into the
     PSUM evacuation on the Scalar Engine. A generator that yields after each PSUM group so a caller can
     interleave other work."""
     if out_tiles is None:
         out_tiles = [(t * TILE_K, min(TILE_K, out_f - t * TILE_K)) for t in range(_cdiv(out_f, TILE_K))]
-    for c0 in range(0, tokens, TILE_N):
+    units = [(c0, t) for c0 in range(0, tokens, TILE_N) for t in range(len(out_tiles))]
+    if isinstance(w_t, StreamedT):   # each weight chunk once: output features outer, tokens inner
+        units.sort(key=lambda u: (u[1], u[0]))
+    for c0, t in units:
         cw = min(TILE_N, tokens - c0)
-        for t, (f0, hw) in enumerate(out_tiles):
-            ps = nl.ndarray((hw, cw), dtype=nl.float32, buffer=nl.psum)
-            for kd in range(_cdiv(in_f, TILE_K)):
-                kw = min(TILE_K, in_f - kd * TILE_K)
-                nisa.nc_matmul(dst=ps, stationary=ktile(w_t, kd)[:kw, f0:f0 + hw],
-                               moving=ktile(x_t, kd)[:kw, c0:c0 + cw])
-            nisa.activation(dst=ktile(out_t, t)[:hw, c0:c0 + cw], op=act, data=ps, bias=b_cols[:hw, t:t + 1],
-                            scale=scale)
-            yield
+        f0, hw = out_tiles[t]
+        ps = nl.ndarray((hw, cw), dtype=nl.float32, buffer=nl.psum)
+        for kd in range(_cdiv(in_f, TILE_K)):
+            kw = min(TILE_K, in_f - kd * TILE_K)
+            nisa.nc_matmul(dst=ps, stationary=wcols(w_t, kd, kw, f0, hw), moving=ktile(x_t, kd)[:kw, c0:c0 + cw])
+        nisa.activation(dst=ktile(out_t, t)[:hw, c0:c0 + cw], op=act, data=ps, bias=b_cols[:hw, t:t + 1],
+                        scale=scale)
+        yield
 
 
 def linear_t(x_t, in_f, tokens, w_t, b_cols, out_f, act, dtype):
@@ -86,6 +101,49 @@ def linear_t(x_t, in_f, tokens, w_t, b_cols, out_f, act, dtype):
     return out_t
 
 
+class StreamedT:
+    """W^T of a torch Linear weight w [out, in] (HBM) too large to hold in SBUF at once: loaded and
+    transposed in chunks of ``width`` output features (all input k-tiles of a chunk in one SBUF tile
+    [128, n_in_tiles, width]) as the matmuls ask for them, so only one chunk is alive at a time.
+    linear_t_units and linear_rows_units take it in place of W^T tiles and visit each chunk once."""
+
+    def __init__(self, w, width):
+        self.w, self.width = w, width
+        self.out_f, self.in_f = w.shape
+        self._chunk = None   # (first output feature, width, tile)
+
+    @staticmethod
+    def width_for(w, budget_bytes):
+        """Output features per chunk of w [out, in]: the most (a multiple of 128, at most 512, at least
+        128) whose k-tiles take at most ``budget_bytes`` per partition."""
+        per_col = _cdiv(w.shape[1], TILE_K) * w.itemsize
+        return max(TILE_K, min(TILE_N, budget_bytes // per_col // TILE_K * TILE_K))
+
+    def cols(self, kd, kw, f0, fw):
+        """k-tile kd [kw, fw] of W^T for output features f0..f0+fw (loading the chunk holding them)."""
+        if self._chunk is None or not (self._chunk[0] <= f0 and f0 + fw <= self._chunk[0] + self._chunk[1]):
+            nw = max(fw, min(self.width, self.out_f - f0))
+            self._chunk = (f0, nw, build_a_transposed(self.w, f0, nw, k_slices(0, self.in_f, 1)))
+        c0, _, tile = self._chunk
+        return tile[:kw, kd, f0 - c0:f0 - c0 + fw]
+
+
+def weight_or_streamed(w, budget_bytes, whole):
+    """``whole(w)`` (W^T tiles held at once) when w's transposed k-tiles take at most ``budget_bytes`` per
+    partition, else a :class:`StreamedT` of w in chunks of that budget."""
+    if _cdiv(w.shape[1], TILE_K) * w.shape[0] * w.itemsize <= budget_bytes:
+        return whole(w)
+    return StreamedT(w, StreamedT.width_for(w, budget_bytes))
+
+
+def wcols(w_t, kd, kw, f0, fw):
+    """W^T rows of k-tile kd ([kw, fw], output features f0..f0+fw) from W^T tiles (see :func:`ktile`) or a
+    :class:`StreamedT`."""
+    if isinstance(w_t, StreamedT):
+        return w_t.cols(kd, kw, f0, fw)
+    return ktile(w_t, kd)[:kw, f0:f0 + fw]
+
+
 def ktile(x_t, kd):
     """Feature tile kd [128, tokens] of a transposed activation: a tile [128, n_tiles, tokens] or a list of
     [128, tokens] tiles (separate tiles are easier to place in a fragmented SBUF)."""
@@ -94,24 +152,34 @@ def ktile(x_t, kd):
 
 def linear_rows_units(x_t, in_f, tokens, w_t, out_f, add_tiles, out_dtype, outs):
     """Row-major out [tokens, out_f] = x @ W^T + add, from x^T and W^T ([128, n_in_tiles, *] tiles or lists
-    of k-tiles, see :func:`ktile`), appended to ``outs`` as (new SBUF tile [rows, out_f], rows) per
+    of k-tiles, see :func:`ktile`, or a :class:`StreamedT`), appended to ``outs`` as (new SBUF tile [rows, out_f], rows) per
     128-token tile; a generator that yields after each PSUM group so a caller can interleave other work.
     ``add_tiles(i, rows)`` gives the fp32 tile [rows, out_f] added during the PSUM evacuation (bias
     broadcast, or bias plus residual)."""
-    for i in range(_cdiv(tokens, TILE_M)):
-        rows = min(TILE_M, tokens - i * TILE_M)
-        o = nl.ndarray((rows, out_f), dtype=out_dtype, buffer=nl.sbuf)
-        extra = add_tiles(i, rows)
-        for n0 in range(0, out_f, TILE_N):
-            nw = min(TILE_N, out_f - n0)
-            ps = nl.ndarray((rows, nw), dtype=nl.float32, buffer=nl.psum)
-            for kd in range(_cdiv(in_f, TILE_K)):
-                kw = min(TILE_K, in_f - kd * TILE_K)
-                nisa.nc_matmul(dst=ps, stationary=ktile(x_t, kd)[:kw, i * TILE_M:i * TILE_M + rows],
-                               moving=ktile(w_t, kd)[:kw, n0:n0 + nw])
-            nisa.tensor_tensor(dst=o[:, n0:n0 + nw], data1=ps, data2=extra[:rows, n0:n0 + nw], op=nl.add)
-            yield
-        outs.append((o, rows))
+    row_tiles = [(i, min(TILE_M, tokens - i * TILE_M)) for i in range(_cdiv(tokens, TILE_M))]
+    if isinstance(w_t, StreamedT):
+        # each weight chunk once: output columns (of the chunk's width) outer, token tiles inner, so every
+        # row tile's output and addend are alive across the chunks
+        width = min(TILE_N, w_t.width)
+        tiles = {i: (nl.ndarray((rows, out_f), dtype=out_dtype, buffer=nl.sbuf), add_tiles(i, rows))
+                 for i, rows in row_tiles}
+        units = [(n0, i, rows) for n0 in range(0, out_f, width) for i, rows in row_tiles]
+    else:
+        width, tiles, units = TILE_N, {}, [(n0, i, rows) for i, rows in row_tiles for n0 in range(0, out_f, TILE_N)]
+    for n0, i, rows in units:
+        if i not in tiles:
+            tiles[i] = (nl.ndarray((rows, out_f), dtype=out_dtype, buffer=nl.sbuf), add_tiles(i, rows))
+        o, extra = tiles[i]
+        nw = min(width, out_f - n0)
+        ps = nl.ndarray((rows, nw), dtype=nl.float32, buffer=nl.psum)
+        for kd in range(_cdiv(in_f, TILE_K)):
+            kw = min(TILE_K, in_f - kd * TILE_K)
+            nisa.nc_matmul(dst=ps, stationary=ktile(x_t, kd)[:kw, i * TILE_M:i * TILE_M + rows],
+                           moving=wcols(w_t, kd, kw, n0, nw))
+        nisa.tensor_tensor(dst=o[:, n0:n0 + nw], data1=ps, data2=extra[:rows, n0:n0 + nw], op=nl.add)
+        yield
+        if n0 + nw >= out_f:
+            outs.append((o, rows))
 
 
 def linear_rows(x_t, in_f, tokens, w_t, out_f, add_tiles, out_dtype):
@@ -126,9 +194,11 @@ def mlp_block(x_t, d, tokens, w1, b1, w2, hidden, add_tiles, out_dtype, act=nl.g
     """GELU MLP (``act``, one of ACTIVATIONS' values) of one token block: x^T [128, n_d_tiles, tokens <= 512] -> [(out tile [rows, d], rows)].
     ``w1`` is (W1^T, b1 columns) from load_linear and ``w2`` is W2^T, or HBM weights (fc1_weight, fc1_bias)
     and fc2_weight to load here (weights that do not stay resident: each is live only for its matmul)."""
-    w1_t, b1_cols = w1 if isinstance(w1, tuple) else load_linear(w1, b1)
+    # weights loaded here whose W^T would take over a quarter of a partition stream in chunks (StreamedT)
+    budget = nl.tile_size.total_available_sbuf_size // 4
+    w1_t, b1_cols = w1 if isinstance(w1, tuple) else (weight_or_streamed(w1, budget, whole_t), bias_cols(b1))
     h_t = linear_t(x_t, d, tokens, w1_t, b1_cols, hidden, act, x_t.dtype)
-    w2_t = w2 if w2.buffer == "sbuf" else build_a_transposed(w2, 0, d, k_slices(0, hidden, 1))
+    w2_t = w2 if w2.buffer == "sbuf" else weight_or_streamed(w2, budget, whole_t)
     return linear_rows(h_t, hidden, tokens, w2_t, d, add_tiles, out_dtype)
 
 

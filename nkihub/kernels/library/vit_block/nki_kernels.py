@@ -12,13 +12,14 @@ projection and MLP and image b+1's LayerNorm and projections (Tensor bound), so 
 overlap them. With ``resident`` every weight is loaded and transposed once, where image 0 first uses it
 (its DMA runs ahead on free queues), and stays in SBUF across the batch as k-tile groups small enough for
 a fragmented SBUF; otherwise each is loaded just before its stage (large or fp32 weights) and images run
-one at a time.
+one at a time, and a weight whose W^T would take over a quarter of an SBUF partition (fp32 fc1/fc2 at
+ViT-L/H widths) streams through in chunks of output features (gelu_mlp's StreamedT).
 """
 import nki
 import nki.isa as nisa
 import nki.language as nl
 
-from nkihub.kernels.library.gelu_mlp.nki_kernels import ACTIVATIONS
+from nkihub.kernels.library.gelu_mlp.nki_kernels import ACTIVATIONS, weight_or_streamed
 from nkihub.kernels.library.layernorm.nki_kernels import load_row_vector
 from nkihub.kernels.library.matmul.nki_kernels import TILE_K, TILE_M, _cdiv, plain_tiles, transpose_into
 
@@ -48,10 +49,7 @@ def weight_t(w, group_bytes=12288):
     return [tile[:, j, :] for tile, g in groups for j in range(len(g))]
 
 
-def load_bias_cols(w, b, tiles=None):
-    """W^T k-tiles (weight_t) of w [out, in] and its bias b [out] as columns [128, ntiles] fp32 (in
-    ``tiles``, see load_cols)."""
-    return weight_t(w), load_cols(b, tiles)
+STREAM_FRACTION = 4   # see _Weights
 
 
 class _Weights:
@@ -64,6 +62,12 @@ class _Weights:
     def __init__(self, params, rows, resident, qk_tiles):
         self.params, self.rows, self.resident, self.cache = params, rows, resident, {}
         self.qk_tiles = qk_tiles    # the Q/K output tiles of stages.head_layout
+        # a weight loaded per use whose W^T would take more than a quarter of a partition (fp32 at ViT-L/H
+        # widths: fc1/fc2 alone outgrow trn1's SBUF) streams in chunks of output features
+        self.budget = None if resident else nl.tile_size.total_available_sbuf_size // STREAM_FRACTION
+
+    def _wt(self, w):
+        return weight_t(w) if self.budget is None else weight_or_streamed(w, self.budget, weight_t)
 
     def __getitem__(self, key):
         if key not in self.cache or not self.resident:
@@ -74,16 +78,18 @@ class _Weights:
         (ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w,
          fc2_b) = self.params
         rows = self.rows
+        wt = self._wt
         loaders = {
             "ln1": lambda: (load_cols(ln1_w), load_cols(ln1_b)),
             "ln2": lambda: (load_cols(ln2_w), load_cols(ln2_b)),
-            "q": lambda: load_bias_cols(q_w, q_b, self.qk_tiles), "k": lambda: load_bias_cols(k_w, k_b, self.qk_tiles),
-            "v": lambda: weight_t(v_w),
+            "q": lambda: (wt(q_w), load_cols(q_b, self.qk_tiles)),
+            "k": lambda: (wt(k_w), load_cols(k_b, self.qk_tiles)),
+            "v": lambda: wt(v_w),
             "v_b": lambda: load_row_vector(v_b, rows),
-            "o": lambda: weight_t(o_w),
+            "o": lambda: wt(o_w),
             "o_b": lambda: load_row_vector(o_b, rows),
-            "fc1": lambda: load_bias_cols(fc1_w, fc1_b),
-            "fc2": lambda: weight_t(fc2_w),
+            "fc1": lambda: (wt(fc1_w), load_cols(fc1_b)),
+            "fc2": lambda: wt(fc2_w),
             "fc2_b": lambda: load_row_vector(fc2_b, rows),
         }
         return loaders[key]()
