@@ -87,3 +87,44 @@ def test_memory_region_typing_and_compile_kernel():
     program = kb.compile_kernel(copy, np.ones((16, 10), np.float32), target="trn2", cache=False)
     assert [ins.opcode for ins in program.instructions] == ["dma_copy", "dma_copy"]
     assert program.tensors[program.instructions[0].dst["dst"].tensor].buffer == "sbuf"
+
+
+@nki.jit
+def two_part_scan(x):
+    """Scan the two halves of each row with two instructions; the second continues the first's
+    accumulator registers (reduce_cmd=reduce), so together they scan the whole row."""
+    p, f = x.shape
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    c = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+    h = f // 2
+    nisa.tensor_scalar_cumulative(dst=c[:, :h], src=t[:, :h], op0=nl.add, op1=nl.maximum, imm0=1.0,
+                                  reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    nisa.tensor_scalar_cumulative(dst=c[:, h:], src=t[:, h:], op0=nl.add, op1=nl.maximum, imm0=1.0,
+                                  reduce_cmd=nisa.reduce_cmd.reduce)
+    out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=c)
+    return out
+
+
+def test_tensor_scalar_cumulative_reduce_continues_the_accumulator():
+    # the ISA page: reset_reduce starts reg at op1's identity, reduce keeps reg as the engine left it
+    x = np.random.default_rng(4).standard_normal((32, 12)).astype(np.float32)
+    np.testing.assert_allclose(two_part_scan(x), np.maximum.accumulate(x + 1.0, axis=1), rtol=1e-6)
+
+
+@nki.jit
+def scan_from_nothing(x):
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    c = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar_cumulative(dst=c, src=t, op0=nl.add, op1=nl.add, imm0=0.0,
+                                  reduce_cmd=nisa.reduce_cmd.reduce)
+    out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=c)
+    return out
+
+
+def test_continuing_an_accumulator_nothing_set_is_an_error():
+    with pytest.raises(KernelRuleError, match="nothing wrote"):
+        scan_from_nothing(np.ones((8, 4), np.float32))

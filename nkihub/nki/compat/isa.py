@@ -146,6 +146,13 @@ def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0
                  reverse0=reverse0)
 
 
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=reduce_cmd.reset_reduce, *, mask=None,
+                             **kwargs):
+    """dst = the running op1-accumulation of op0(src, imm0) along the free axis, in place (dst is given
+    in this dialect too); see ``nki.isa.tensor_scalar_cumulative``."""
+    return _emit(_nisa.tensor_scalar_cumulative, dst, mask, src, op0, op1, imm0, imm1=imm1, reduce_cmd=reduce_cmd)
+
+
 def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
     """A copy of ``src`` in a new SBUF tile."""
     out = _new(src.shape, dtype if dtype is not None else src.dtype, name="copy")
