@@ -29,3 +29,8 @@ def test_tensor_scalar_cumulative_load_reduce_then_reduce():
     first = start + np.cumsum(2 * x, axis=1)
     second = first[:, -1:] + np.cumsum(2 * x, axis=1)
     np.testing.assert_allclose(cumulative_then_continue(x, start), second, rtol=1e-5, atol=1e-5)
+
+
+def test_isa_constants_is_a_submodule_of_the_old_isa():
+    from neuronxcc.nki.isa.constants import dge_mode, oob_mode
+    assert dge_mode is nisa.dge_mode and oob_mode is nisa.oob_mode
