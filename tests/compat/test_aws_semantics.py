@@ -34,3 +34,124 @@ def test_tensor_scalar_cumulative_load_reduce_then_reduce():
 def test_isa_constants_is_a_submodule_of_the_old_isa():
     from neuronxcc.nki.isa.constants import dge_mode, oob_mode
     assert dge_mode is nisa.dge_mode and oob_mode is nisa.oob_mode
+
+
+# -- indirect access: a tile of indices, loaded or computed, picks rows when the kernel runs ------------
+@nki.jit(mode="simulation")
+def gather_rows(table, rows):
+    n = rows.shape[0]
+    out = nl.ndarray((n, table.shape[1]), dtype=table.dtype, buffer=nl.shared_hbm)
+    i_p, i_f = nl.arange(n)[:, None], nl.arange(table.shape[1])[None, :]
+    idx = nl.load(rows[i_p, 0])                      # indices must be on chip
+    nl.store(out, value=nl.load(table[idx[i_p, 0], i_f]))
+    return out
+
+
+def test_a_loaded_tile_indexes_rows():
+    rng = np.random.default_rng(1)
+    table = rng.standard_normal((40, 24)).astype(np.float32)
+    rows = rng.integers(0, 40, (16, 1)).astype(np.int32)
+    np.testing.assert_array_equal(gather_rows(table, rows), table[rows[:, 0]])
+
+
+@nki.jit(mode="simulation")
+def scatter_rows(values, rows, base):
+    out = nl.ndarray(base.shape, dtype=base.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.load(base))
+    n, m = values.shape
+    i_p, i_f = nl.arange(n)[:, None], nl.arange(m)[None, :]
+    idx = nl.load(rows)
+    nl.store(out[idx, i_f], value=nl.load(values))
+    return out
+
+
+def test_a_store_through_an_index_tile_scatters_rows():
+    rng = np.random.default_rng(2)
+    base = rng.standard_normal((32, 8)).astype(np.float32)
+    values = rng.standard_normal((8, 8)).astype(np.float32)
+    rows = rng.permutation(32)[:8].reshape(8, 1).astype(np.int32)
+    want = base.copy()
+    want[rows[:, 0]] = values
+    np.testing.assert_array_equal(scatter_rows(values, rows, base), want)
+
+
+def _copy_through(rows, oob, direction):
+    @nki.jit(mode="simulation")
+    def kernel(table, idx_in):
+        n, m = idx_in.shape[0], table.shape[1]
+        i_f = nl.arange(m)[None, :]
+        idx = nl.load(idx_in)
+        if direction == "gather":
+            out = nl.ndarray((n, m), dtype=table.dtype, buffer=nl.shared_hbm)
+            tile = nisa.memset(shape=(n, m), value=-1, dtype=table.dtype)
+            nisa.dma_copy(dst=tile, src=table[idx, i_f], oob_mode=oob)
+            nl.store(out, value=tile)
+        else:
+            out = nl.ndarray(table.shape, dtype=table.dtype, buffer=nl.shared_hbm)
+            nl.store(out, value=nisa.memset(shape=table.shape, value=-1, dtype=table.dtype))
+            nisa.dma_copy(dst=out[idx, i_f], src=nl.load(table[0:n, :]), oob_mode=oob)
+        return out
+    table = np.arange(16 * 4, dtype=np.float32).reshape(16, 4)
+    return table, kernel(table, np.asarray(rows, np.int32).reshape(-1, 1))
+
+
+@pytest.mark.parametrize("direction", ["gather", "scatter"])
+@pytest.mark.parametrize("rows,first_bad", [([0, 5, 16, 3], 16 * 4), ([2, -1, 7, 1], -4)])
+def test_out_of_bounds_indices_raise_index_error_with_the_flat_element(direction, rows, first_bad):
+    # oob_mode.error (the default): an IndexError naming the first element outside the flattened tensor
+    with pytest.raises(IndexError) as err:
+        _copy_through(rows, nisa.oob_mode.error, direction)
+    assert type(err.value) is IndexError
+    assert str(err.value) == f"index {first_bad} is out of bounds for axis 0 with size 64"
+
+
+@pytest.mark.parametrize("direction", ["gather", "scatter"])
+def test_out_of_bounds_indices_are_skipped_with_oob_mode_skip(direction):
+    rows = [3, 20, -2, 9]
+    table, got = _copy_through(rows, nisa.oob_mode.skip, direction)
+    want = np.full((4, 4) if direction == "gather" else table.shape, -1, np.float32)
+    for i, r in enumerate(rows):
+        if 0 <= r < 16:
+            if direction == "gather":
+                want[i] = table[r]
+            else:
+                want[r] = table[i]
+    np.testing.assert_array_equal(got, want)
+
+
+@nki.jit(mode="simulation")
+def scatter_add(values, rows, base):
+    out = nl.ndarray(base.shape, dtype=base.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.load(base))
+    i_f = nl.arange(values.shape[1])[None, :]
+    nisa.dma_copy(dst=out[nl.load(rows), i_f], src=nl.load(values), dst_rmw_op=np.add)
+    return out
+
+
+def test_dma_read_modify_write_adds_and_repeated_indices_add_up():
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((10, 6)).astype(np.float32)
+    values = rng.standard_normal((5, 6)).astype(np.float32)
+    rows = np.array([[1], [4], [1], [9], [4]], np.int32)
+    want = base.copy()
+    np.add.at(want, rows[:, 0], values)
+    np.testing.assert_allclose(scatter_add(values, rows, base), want, rtol=1e-6)
+
+
+@nki.jit(mode="simulation")
+def transpose_picked(table, rows):
+    n = rows.shape[0]
+    i_p = nl.arange(n)[:, None]
+    iy = nl.arange(table.shape[1])[None, :, None]
+    iz = nl.arange(table.shape[2])[None, None, :]
+    idx = nl.load(rows)
+    t = nisa.dma_transpose(table[idx[i_p, 0], iy, iz], axes=(2, 1, 0))
+    out = nl.ndarray(t.shape, dtype=table.dtype, buffer=nl.shared_hbm)
+    nl.store(out, t)
+    return out
+
+
+def test_dma_transpose_of_rows_picked_by_an_index_tile():
+    table = np.arange(12 * 3 * 8, dtype=np.float32).reshape(12, 3, 8)
+    rows = np.array([[7], [0], [11], [4]], np.int32)
+    np.testing.assert_array_equal(transpose_picked(table, rows), np.transpose(table[rows[:, 0]], (2, 1, 0)))

@@ -275,17 +275,20 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
 
 
 def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown,
-             engine=engine.unknown, name=None):
+             engine=engine.unknown, name=None, dst_rmw_op=None):
     """dst = src through a DMA queue (HBM <-> SBUF or within either); equal element counts; dtypes
     convert through fp32. One side may be an indirect view (``t.ap(..., scalar_offset=/vector_offset=)``):
     its addresses come from run-time offsets, and ``oob_mode=oob_mode.skip`` skips the elements that fall
-    outside the tensor (``error``, the default, stops the run)."""
+    outside the tensor (``error``, the default, stops the run). ``dst_rmw_op=nl.add`` (np.add) adds src
+    into dst instead of overwriting it (2.28's page; only with ``oob_mode.error``)."""
+    from nkihub.nki.ops import op_name
     _tile(dst, "dst"), _tile(src, "src")
+    rmw = {"dst_rmw_op": op_name(dst_rmw_op)} if dst_rmw_op is not None else {}
     if dst.indirect is not None or src.indirect is not None:
         from nkihub.nki import indirect
-        indirect.dma_copy(dst, src, _cmd(oob_mode), _cmd(dge_mode))
+        indirect.dma_copy(dst, src, _cmd(oob_mode), _cmd(dge_mode), **rmw)
         return dst
-    emit("dma_copy", "dma", {"dst": dst}, {"src": src}, {"dge_mode": _cmd(dge_mode)})
+    emit("dma_copy", "dma", {"dst": dst}, {"src": src}, {"dge_mode": _cmd(dge_mode), **rmw})
     return dst
 
 

@@ -145,8 +145,13 @@ def nc_n_gather(dst, data, indices, name=None):
 
 
 def dma_transpose(dst, src, axes=None, priority=None, dge_mode=None, oob_mode=None, name=None):
-    """dst = src with its axes permuted (default reversed) through a DMA queue."""
+    """dst = src with its axes permuted (default reversed) through a DMA queue. A gathering ``src`` (an
+    indirect view, e.g. rows picked by an index tile) is gathered into an HBM staging tensor first: the
+    same values, one more DMA pass in the cost model than the hardware's fused descriptors."""
     _tile(dst, "dst"), _tile(src, "src")
+    if src.indirect is not None:
+        from nkihub.nki import indirect
+        src = indirect.staged(src, "nisa.dma_transpose", "error" if oob_mode is None else _cmd(oob_mode))
     emit("dma_transpose", "dma", {"dst": dst}, {"src": src}, {"axes": list(axes) if axes else None})
     return dst
 

@@ -172,7 +172,7 @@ def empty_like(x, dtype=None, buffer=None, name=None) -> NkiTensor:
 def load(src, dtype=None) -> NkiTensor:
     """Load an HBM view ``src`` [P, F...] into a new SBUF tile (cast to ``dtype`` if given)."""
     t = ndarray(src.shape, dtype or src.dtype, buffer=sbuf, name="load")
-    if src.spec.on_chip:
+    if src.spec.on_chip and src.indirect is None:
         nisa.tensor_copy(t, src)
     else:
         nisa.dma_copy(dst=t, src=src)
@@ -231,6 +231,9 @@ def device_print(print_prefix, tensor) -> None:
 
 def _assign(dst: NkiTensor, value) -> None:
     """``dst[...] = value``: a copy (DMA for HBM, Vector Engine on chip) or a memset for a number."""
+    if dst.indirect is not None:   # addressed by run-time indices: only the DMA engines can write it
+        nisa.dma_copy(dst=dst, src=value)
+        return
     if isinstance(value, NkiTensor) and value.to_ap() == dst.to_ap():
         return  # ``t[k] += x`` assigns the updated view to itself
     if hasattr(value, "_assign_into"):

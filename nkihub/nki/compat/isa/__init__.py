@@ -235,11 +235,11 @@ def bn_aggr(data, *, mask=None, dtype=None, **kwargs):
 
 
 def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown):
-    """dst = src through a DMA queue (``dst_rmw_op`` is not supported)."""
-    if dst_rmw_op is not None:
-        raise not_simulated("neuronxcc.nki.isa.dma_copy(dst_rmw_op=...)", "read-modify-write DMAs")
+    """dst = src through a DMA queue; ``dst_rmw_op=np.add`` adds into dst; one side may be indexed by a
+    tile of indices (``t[idx_tile, i_f]``), its out-of-bounds rows handled by ``oob_mode``."""
     ranges = _ranges(mask)
-    _nisa.dma_copy(dst=_r(dst, ranges), src=_r(src, ranges), dge_mode=dge_mode)
+    _nisa.dma_copy(dst=_r(dst, ranges), src=_r(src, ranges), oob_mode=oob_mode, dge_mode=dge_mode,
+                   dst_rmw_op=dst_rmw_op)
 
 
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
