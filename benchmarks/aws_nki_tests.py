@@ -78,16 +78,19 @@ def count_tests(folder: Path) -> dict[str, list[str]]:
     return tests
 
 
+_PATH = re.compile(r"(/[\w.+-]+)+\.py(:\d+)*")
+
+
 def _cause(text: str) -> str:
     """A failure's cause as one line: an nki rule error by its rule and message, else the last exception
     line pytest printed, without file names and line numbers."""
     m = re.search(r"error: (.*?) \[rule: ([\w-]+)\]", text)
     if m:
-        return f"rule {m.group(2)}: {re.sub(r'(/[\w.+-]+)+\.py(:\d+)*', '<file>', m.group(1))[:200]}"
+        return f"rule {m.group(2)}: {_PATH.sub('<file>', m.group(1))[:200]}"
     lines = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")]
     excs = [ln for ln in lines if re.match(r"^[\w.]+(Error|Exception|Warning)\b", ln)]
     line = (excs or lines or [text.strip().splitlines()[-1] if text.strip() else "?"])[-1]
-    line = re.sub(r"(/[\w.+-]+)+\.py(:\d+)*", "<file>", line)
+    line = _PATH.sub("<file>", line)
     return line[:200]
 
 
