@@ -239,7 +239,13 @@ def _assign(dst: NkiTensor, value) -> None:
     if hasattr(value, "_assign_into"):
         value._assign_into(dst)   # a value that writes itself (the old dialect's nl.loop_reduce)
         return
-    if not isinstance(value, NkiTensor):
+    if not isinstance(value, NkiTensor) and not dst.spec.on_chip:
+        # a number into HBM (nl.store(hbm, 100)): the engines cannot write HBM, so one SBUF element is set
+        # and a DMA reads it for every element of dst (a source access pattern of stride 0)
+        one = ndarray((1, 1), dst.dtype, buffer=sbuf, name="fill")
+        nisa.memset(one, value)
+        nisa.dma_copy(dst=dst, src=NkiTensor(one.spec, one.offset, ((0, 1), (0, dst.size))))
+    elif not isinstance(value, NkiTensor):
         per_instruction(nisa.memset, dst, value)
     elif tracing.require("assignment").write_in_place(value.to_ap(), dst.to_ap()):
         value.spec, value.offset, value.dims = dst.spec, dst.offset, dst.dims  # later reads see dst
