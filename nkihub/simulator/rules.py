@@ -55,13 +55,20 @@ def partition_step(ins, program, target):
                        ins, program, role, ap)
 
 
+def engine_start_partitions(n: int) -> tuple[int, ...]:
+    """Where an engine access of ``n`` partitions may start: over 64 at 0; 33-64 at 0 or 64; up to 32 at
+    0, 32, 64 or 96 (the quadrant rule the ISA pages state for nc_stream_shuffle's active partitions).
+    DMA queues have no such rule."""
+    return (0,) if n > 64 else (0, 64) if n > 32 else (0, 32, 64, 96)
+
+
 def start_partition_rule(ins, program, target):
     """Over 64 partitions start at 0; 33-64 at 0 or 64; up to 32 at 0, 32, 64 or 96."""
     for role, ap in operands(ins):
         if not program.tensors[ap.tensor].on_chip:
             continue
         n, start = partitions(ap), start_partition(ap, program)
-        allowed = (0,) if n > 64 else (0, 64) if n > 32 else (0, 32, 64, 96)
+        allowed = engine_start_partitions(n)
         if start not in allowed:
             raise fail("start-partition", f"an access of {n} partitions starts at partition {start}; "
                        f"it must start at one of {allowed}", ins, program, role, ap)

@@ -155,3 +155,29 @@ def test_dma_transpose_of_rows_picked_by_an_index_tile():
     table = np.arange(12 * 3 * 8, dtype=np.float32).reshape(12, 3, 8)
     rows = np.array([[7], [0], [11], [4]], np.int32)
     np.testing.assert_array_equal(transpose_picked(table, rows), np.transpose(table[rows[:, 0]], (2, 1, 0)))
+
+
+# -- element writes at any partition --------------------------------------------------------------------
+@nki.jit(mode="simulation")
+def write_elements(x):
+    n, m = x.shape
+    t = nl.zeros((n, m), dtype=nl.int32)
+    for i in nl.static_range(n):          # partition i, whatever i is
+        for j in nl.static_range(m):
+            t[i, j] = i * 10 + j
+    row = nl.load(x[0:1, :])
+    t[5:6, :] = row                        # a one-partition copy starting at partition 5
+    out = nl.ndarray((n, m), dtype=nl.int32, buffer=nl.shared_hbm)
+    nl.store(out, value=t)
+    return out
+
+
+def test_elements_are_written_at_any_partition():
+    # the gather_flattened page builds its index tile with indices[i, j] = j * 5, one element at a time;
+    # engines may not start an access at such partitions, so these writes go through a DMA queue
+    x = np.arange(4, dtype=np.int32).reshape(1, 4) + 100
+    want = np.arange(7)[:, None] * 10 + np.arange(4)[None, :]
+    want[5] = x[0]
+    np.testing.assert_array_equal(write_elements(np.vstack([x] * 7)), want)
+    program = write_elements.trace(np.vstack([x] * 7))
+    assert any(i.opcode == "dma_copy" for i in program.instructions)
