@@ -88,6 +88,11 @@ def is_kernel_error(exc: BaseException) -> bool:
     return isinstance(exc, NkiError) or getattr(exc, "nki_fault", False)
 
 
+class UninitializedWarning(RuntimeWarning):
+    """Elements nothing wrote were moved, unchanged, into memory the caller sees (a partly written tile
+    stored whole): the rule ``read-uninitialized`` as a warning, since nothing was computed from them."""
+
+
 class NotSimulatedError(NkiError, NotImplementedError):
     """Something AWS NKI has (a name, a form, an option) that this simulator does not model; names it and
     the kernel line that asked for it."""

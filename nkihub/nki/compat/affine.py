@@ -13,6 +13,7 @@ import operator
 
 import numpy as np
 
+from nkihub.nki.compat import masks
 from nkihub.nki.tensor import NkiTensor, _oob
 from nkihub.nki.unsupported import not_simulated
 
@@ -97,7 +98,7 @@ class AffineExpr:
     # -- comparisons make mask predicates ----------------------------------------------------------------
     def _cmp(self, other, op):
         if isinstance(other, (AffineExpr, int, np.integer)):
-            return Predicate(((self - other, op),))
+            return Predicate(masks.absorb(((self - other, op),)))
         return NotImplemented
 
     def __lt__(self, o): return self._cmp(o, "lt")
@@ -134,7 +135,7 @@ class Predicate:
         return Predicate(self.terms + other.terms)
 
     def __bool__(self):
-        raise TypeError("a mask predicate has no truth value at trace time; combine masks with '&'")
+        return masks.truth(self)   # True only as the left operand of an 'and' of comparisons
 
     def ranges(self) -> dict[int, tuple[int, int, int]]:
         """``{grid axis: (lo, hi, size)}``: each term must involve a single grid axis."""

@@ -278,6 +278,10 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs
 from nkihub.nki.compat.extra import (builtin_custom_op, local_gather, sequence_bounds, tensor_copy_dynamic_dst,  # noqa: E402,F401
                               tensor_copy_dynamic_src)
 
+from nkihub.nki.compat import masks as _masks  # noqa: E402
+
+_masks.wrap_module(globals())   # mask=True / mask=False constants
+
 from nkihub.nki import unsupported as _unsupported  # noqa: E402
 
 __getattr__ = _unsupported.module_getattr("neuronxcc.nki.isa")  # AWS NKI names not simulated: a clear error
