@@ -264,3 +264,12 @@ def test_a_masked_result_stored_whole_warns_and_holds_the_masked_values():
         got = partial(x)
     np.testing.assert_allclose(got[:2, :3], np.exp(x[:2, :3]), rtol=1e-6)
     assert np.isnan(got[2:]).all() and np.isnan(got[:, 3:]).all()
+
+
+def test_an_on_chip_tile_a_kernel_returns_is_handed_back():
+    # this dialect's simulator returns an SBUF tile's values (AWS's range_select example returns one)
+    @nki.jit(mode="simulation")
+    def doubled(x):
+        return nl.multiply(nl.load(x), 2.0)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(doubled(x), 2 * x)

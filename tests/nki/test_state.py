@@ -128,3 +128,39 @@ def scan_from_nothing(x):
 def test_continuing_an_accumulator_nothing_set_is_an_error():
     with pytest.raises(KernelRuleError, match="nothing wrote"):
         scan_from_nothing(np.ones((8, 4), np.float32))
+
+
+@nki.jit(platform_target="trn2")
+def windowed_max(x, lo, hi):
+    """range_select over three column blocks of x: the first resets the Vector Engine's accumulator
+    registers, the next two fold into them (reduce_cmd=reduce), the last hands them to reduce_res."""
+    p, f = x.shape
+    w = f // 3
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    b0 = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)
+    b1 = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=b0, src=lo)
+    nisa.dma_copy(dst=b1, src=hi)
+    sel = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+    res = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)
+    for k, cmd in enumerate((nisa.reduce_cmd.reset_reduce, nisa.reduce_cmd.reduce, nisa.reduce_cmd.reduce)):
+        nisa.range_select(dst=sel[:, k * w:(k + 1) * w], on_true_tile=t[:, k * w:(k + 1) * w],
+                          comp_op0=nl.greater_equal, comp_op1=nl.less, bound0=b0, bound1=b1,
+                          reduce_cmd=cmd, reduce_res=res if k == 2 else None, reduce_op=nl.maximum,
+                          range_start=float(k * w), on_false_value=-1e30)
+    out = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+def test_range_select_reduce_continues_the_accumulator_across_instructions():
+    # range_select's page: the reduction goes through the Vector Engine's accumulator registers, which
+    # reduce_cmd=reduce keeps accumulating over (the reduce_cmd page)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((16, 12)).astype(np.float32)
+    lo = rng.integers(0, 6, (16, 1)).astype(np.float32)
+    hi = lo + rng.integers(1, 6, (16, 1)).astype(np.float32)
+    idx = np.arange(12)[None, :]
+    want = np.where((idx >= lo) & (idx < hi), x, -1e30).max(axis=1, keepdims=True)
+    np.testing.assert_array_equal(windowed_max(x, lo, hi), want)

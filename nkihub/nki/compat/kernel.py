@@ -10,6 +10,7 @@ cost model and are estimates.
 from __future__ import annotations
 
 from nkihub.nki.jit import JitKernel
+from nkihub.nki.tensor import NkiTensor
 
 
 class CompatKernel(JitKernel):
@@ -19,6 +20,22 @@ class CompatKernel(JitKernel):
         program = super()._trace(bound, target, **kw)
         program.meta["issue"] = "list"   # neuronxcc schedules the instructions itself (simulator.issue)
         return program
+
+    def _set_outputs(self, program, ret) -> None:
+        # This dialect's simulator hands back an on-chip tile a kernel returns (AWS's range_select example
+        # returns its SBUF result): its values are stored into an HBM output of its shape at the end.
+        def spill(t):
+            if not isinstance(t, NkiTensor) or not t.spec.on_chip:
+                return t
+            from nkihub.nki import language as nl
+            out = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm, name=f"{t.name}_out")
+            nl.store(out, t)
+            return out
+        if isinstance(ret, (tuple, list)):
+            ret = type(ret)(spill(t) for t in ret)
+        else:
+            ret = spill(ret)
+        super()._set_outputs(program, ret)
 
 
 def _wrap(kernel, **options) -> CompatKernel:
