@@ -130,9 +130,13 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
 
     ``accumulate``: True adds to dst, False overwrites, None (default) overwrites on the first write to a
     PSUM location and accumulates afterwards. K <= 128, M <= 128, N <= 512 (fp32 dst).
+    ``perf_mode=matmul_perf_mode.double_row`` (fp8 inputs, NeuronCore-v3 and newer): each partition
+    carries two rows of the contraction, stationary [K, 2, M] and moving [K, 2, N], so dst[M, N] sums
+    over 2K rows at twice the throughput.
     """
     b = tracing.require("nisa.nc_matmul")
     _tile(dst, "dst"), _tile(stationary, "stationary"), _tile(moving, "moving")
+    perf_mode = "double_row" if _cmd(perf_mode) == "double_row_gen3" else perf_mode   # the 2.2x spelling
     if accumulate is None:
         accumulate = b.psum_accumulating(dst.to_ap()) if dst.buffer == "psum" else False
     emit("nc_matmul", "tensor", {"dst": dst}, {"stationary": stationary, "moving": moving},

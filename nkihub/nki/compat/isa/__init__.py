@@ -57,12 +57,16 @@ def _free(t) -> int:
 
 
 def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
-              tile_position=(), tile_size=(), mask=None, **kwargs):
-    """stationary[K, M].T @ moving[K, N] into a new fp32 PSUM tile [M, N] (accumulate with ``+=``)."""
-    out = _nl.ndarray((_free(stationary), _free(moving)), np.float32, buffer=_nl.psum, name="matmul")
+              tile_position=(), tile_size=(), perf_mode=None, mask=None, **kwargs):
+    """stationary[K, M].T @ moving[K, N] into a new fp32 PSUM tile [M, N] (accumulate with ``+=``);
+    ``perf_mode="double_row_gen3"``: fp8 operands [K, 2, M] and [K, 2, N] contracted over 2K rows."""
+    pair = 2 if perf_mode is not None and _nisa._cmd(perf_mode) in ("double_row", "double_row_gen3") else 1
+    out = _nl.ndarray((_free(stationary) // pair, _free(moving) // pair), np.float32, buffer=_nl.psum,
+                      name="matmul")
+    extra = {"perf_mode": perf_mode} if perf_mode is not None else {}
     return _emit(_nisa.nc_matmul, out, mask, stationary, moving, is_stationary_onezero=is_stationary_onezero,
                  is_moving_onezero=is_moving_onezero, is_transpose=is_transpose, accumulate=False,
-                 tile_position=tile_position, tile_size=tile_size)
+                 tile_position=tile_position, tile_size=tile_size, **extra)
 
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
