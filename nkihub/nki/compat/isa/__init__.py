@@ -247,8 +247,10 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, d
 
 
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
-    """src with its axes permuted (default reversed) into a new SBUF tile, through DMA."""
-    order = list(axes) if axes else list(reversed(range(src.ndim)))
+    """src with its axes permuted (default: [1, 0], [2, 1, 0] or [3, 1, 2, 0] by rank) into a new SBUF
+    tile, through DMA."""
+    from nkihub.simulator.isa.partition import default_transpose_axes
+    order = list(axes) if axes else default_transpose_axes(src.ndim)
     out = _nl.ndarray(tuple(src.shape[a] for a in order), dtype or src.dtype, buffer=_nl.sbuf, name="dma_t")
     return _emit(_nisa.dma_transpose, out, mask, src, axes=axes)
 
