@@ -99,10 +99,19 @@ def on_chip_operands(ins, program, target):
                        "load it into SBUF with nl.load or nisa.dma_copy first", ins, program, role, ap)
 
 
+# GpSimd reads of PSUM kernels for a target ran with: affine_select's on_true_tile on NeuronCore-v2 (AWS's
+# trn1 attention kernels mask PSUM scores with it; the v2 page states no memory type, the v3/v4 page says
+# "The input on_true_tile must also be in SBUF").
+GPSIMD_PSUM_READS = {("affine_select", "on_true_tile"): frozenset({"gen2"})}
+
+
 def engine_buffers(ins, program, target):
-    """GpSimd never touches PSUM; a two-input Vector op may not take both inputs from PSUM."""
+    """GpSimd never touches PSUM (but see ``GPSIMD_PSUM_READS``); a two-input Vector op may not take both
+    inputs from PSUM."""
     if ins.engine == "gpsimd":
         for role, ap in operands(ins):
+            if target.nc_version in GPSIMD_PSUM_READS.get((ins.opcode, role), ()) and role in ins.src:
+                continue
             if program.tensors[ap.tensor].buffer == "psum":
                 raise fail("engine-buffer", "the GpSimd engine cannot access PSUM", ins, program, role, ap)
     if ins.engine == "vector":

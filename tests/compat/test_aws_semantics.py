@@ -273,3 +273,30 @@ def test_an_on_chip_tile_a_kernel_returns_is_handed_back():
         return nl.multiply(nl.load(x), 2.0)
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     np.testing.assert_array_equal(doubled(x), 2 * x)
+
+
+# -- affine_select reading PSUM: per target ---------------------------------------------------------------
+def _causal_scores(target):
+    @nki.jit(mode="simulation", platform_target=target)
+    def causal(q, k):
+        s = nisa.nc_matmul(nl.load(q), nl.load(k))          # scores in PSUM
+        i_p, i_f = nl.mgrid[0:s.shape[0], 0:s.shape[1]]
+        masked = nisa.affine_select(pred=(i_p - i_f >= 0), on_true_tile=s[i_p, i_f], on_false_value=-9984.0)
+        out = nl.ndarray(s.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=masked)
+        return out
+    return causal
+
+
+def test_affine_select_reads_psum_on_trn1_only():
+    # AWS's trn1 attention kernels mask PSUM scores with affine_select; the NeuronCore-v3/v4 page says
+    # "The input on_true_tile must also be in SBUF"
+    from nkihub.nki.errors import KernelRuleError
+    rng = np.random.default_rng(8)
+    q = rng.standard_normal((32, 16)).astype(np.float32)
+    k = rng.standard_normal((32, 16)).astype(np.float32)
+    s = q.T @ k
+    want = np.where(np.arange(16)[:, None] >= np.arange(16)[None, :], s, -9984.0)
+    np.testing.assert_allclose(_causal_scores("trn1")(q, k), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(KernelRuleError, match="engine-buffer"):
+        _causal_scores("trn2")(q, k)

@@ -43,11 +43,13 @@ def _wrap(kernel, **options) -> CompatKernel:
     return CompatKernel(fn, **options)
 
 
-def jit(func=None, mode="auto", **kwargs):
-    """``@nki.jit`` of the neuronxcc dialect (every ``mode`` runs on the simulator)."""
+def jit(func=None, mode="auto", platform_target=None, **kwargs):
+    """``@nki.jit`` of the neuronxcc dialect (every ``mode`` runs on the simulator); ``platform_target``
+    ("trn1", "trn2", "trn3") is the target the kernel is traced for unless a call names another."""
+    options = {"platform_target": platform_target} if platform_target else {}
     if func is None:
-        return lambda f: _wrap(f)
-    return _wrap(func)
+        return lambda f: _wrap(f, **options)
+    return _wrap(func, **options)
 
 
 def baremetal(kernel=None, **kwargs):
