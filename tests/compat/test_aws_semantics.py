@@ -300,3 +300,19 @@ def test_affine_select_reads_psum_on_trn1_only():
     np.testing.assert_allclose(_causal_scores("trn1")(q, k), want, rtol=1e-5, atol=1e-5)
     with pytest.raises(KernelRuleError, match="engine-buffer"):
         _causal_scores("trn2")(q, k)
+
+
+def test_a_launch_with_grid_zero_runs_one_program():
+    # neuronxcc launches kernel[0] as it launches the kernel without a grid (nki-samples' pipelined attention
+    # calls flash_fwd[0](...) and checks the one program's output); grids with more programs are SPMD
+    from nkihub.nki.errors import KernelRuleError
+
+    @nki.jit(mode="simulation")
+    def rows_of_program(x):
+        out = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(x[nl.program_id(0):nl.program_id(0) + 1, :]))
+        return out
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(rows_of_program[0](x), x[0:1])
+    with pytest.raises(KernelRuleError, match="launch-grid"):
+        rows_of_program[0, 2](x)
