@@ -91,6 +91,7 @@ def absorb(terms: tuple) -> tuple:
     pending = getattr(_local, "pending", None)
     if not pending:
         return terms
+    pending[:] = [p for p in pending if p[0].f_lasti < p[2]]   # spans already left (frames kept alive no longer)
     frame = _kernel_frame()
     extra = ()
     for f, start, end, t in pending:
