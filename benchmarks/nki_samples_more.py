@@ -9,8 +9,9 @@ on smaller legal shapes (theirs take minutes on the simulator) and apply its com
 the mxfp tutorial's own test functions run as they are and print ``np.allclose pass?``: a row passes when
 the sample says True. ``contributed/pipelined_attention.py`` launches its kernel at import on its fixed
 16K-token shape (the kernel says it runs only there) and checks it against its own numpy reference: its
-row runs the file as a script (``np.random`` seeded) with its launch ``flash_fwd[0](...)`` read as
-``flash_fwd(...)`` (a grid dim of 0 is nkihub's launch-grid error); it takes minutes and about 8 GB.
+row runs the file unmodified as a script (``np.random`` seeded), launch ``flash_fwd[0](...)`` included
+(neuronxcc launches ``kernel[0]`` as one program, and so does nkihub's old dialect); it takes minutes and
+about 8 GB.
 """
 from __future__ import annotations
 
@@ -83,27 +84,17 @@ def _interpolate(relpath, fn_name, shape, mode):
     return run
 
 
-def _as_script_without_grid(relpath, kernel_name):
-    """Run the file as a script (its module-level launch and its own assert included), with one change at
-    the launch: ``kernel_name[0](...)`` becomes ``kernel_name(...)``. nkihub refuses a launch grid with a
-    dim of 0 (rule launch-grid: AWS documents ``kernel[g]`` as ``prod(g)`` programs, so ``[0]`` would run
-    none); the kernel's code is not touched."""
+def _as_script(relpath):
+    """Run the file as a script, unmodified (its module-level launch ``flash_fwd[0](...)`` and its own assert
+    included): neuronxcc launches ``kernel[0]`` as it launches the kernel without a grid, and so does
+    nkihub's old dialect."""
     def run(load):
-        import ast
         path = load.root / relpath
-
-        class OneProgram(ast.NodeTransformer):
-            def visit_Subscript(self, node):
-                if isinstance(node.value, ast.Name) and node.value.id == kernel_name and \
-                        isinstance(node.slice, ast.Constant) and node.slice.value == 0:
-                    return node.value
-                return self.generic_visit(node)
-
-        tree = ast.fix_missing_locations(OneProgram().visit(ast.parse(path.read_text(), str(path))))
         np.random.seed(0)   # the file draws its inputs from np.random
         sys.path.insert(0, str(path.parent))
         try:
-            exec(compile(tree, str(path), "exec"), {"__name__": "nki_samples_" + path.stem, "__file__": str(path)})
+            exec(compile(path.read_text(), str(path), "exec"),
+                 {"__name__": "nki_samples_" + path.stem, "__file__": str(path)})
         finally:
             sys.path.remove(str(path.parent))
     return run
@@ -142,7 +133,7 @@ def suites(Case) -> dict:
              _interpolate("interpolate_trilinear_fwd.py", "interpolate_trilinear_2x_fwd", (2, 64, 7, 6, 5),
                           "trilinear")),
         Case("contributed pipelined_attention (as the file runs it: 16K tokens, d=128)",
-             _as_script_without_grid("contributed/pipelined_attention.py", "flash_fwd")),
+             _as_script("contributed/pipelined_attention.py")),
     ]
     mxfp = [
         Case("mxfp-matmul offline quantized fp8 e5m2", _mxfp("run_offline_quantized_matmul_mx_test", "float8_e5m2")),

@@ -72,7 +72,7 @@ def refuse(t) -> KernelRuleError:
                            dtype=t.spec.dtype, buffer=t.buffer, loc=tracing.caller_loc())
 
 
-def dma_copy(dst, src, oob_mode: str, dge_mode: str) -> None:
+def dma_copy(dst, src, oob_mode: str, dge_mode: str, dst_rmw_op: str | None = None) -> None:
     """Emit the ``dma_copy_indirect`` instruction for a copy with one indirect side."""
     from nkihub.nki.isa import emit
     if dst.indirect is not None and src.indirect is not None:
@@ -83,6 +83,8 @@ def dma_copy(dst, src, oob_mode: str, dge_mode: str) -> None:
     whole = AccessPattern(table.spec.name, 0, ((1, table.spec.size),))
     attrs = {"mode": ind.mode, "stride": int(ind.stride), "offset": int(table.offset),
              "pattern": [[int(st), int(n)] for st, n in table.dims], "oob": oob_mode, "dge_mode": dge_mode}
+    if dst_rmw_op is not None:
+        attrs["dst_rmw_op"] = dst_rmw_op
     b = tracing.require("nisa.dma_copy")
     if table is src:
         b.emit("dma_copy_indirect", "dma", {"dst": dst.to_ap()},

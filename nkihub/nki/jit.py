@@ -136,6 +136,10 @@ class JitKernel:
     """A kernel decorated with ``@nki.jit``. Calling it runs it on the simulator (tracing once per
     signature); ``kernel[gx, gy](...)`` launches an SPMD grid."""
 
+    # A kernel named test_* (AWS's examples have one) is not a pytest test: AWS's kernel objects are
+    # not functions either, so pytest passes them by.
+    __test__ = False
+
     def __init__(self, fn, grid: tuple = (), cache: dict | None = None, **options):
         self.fn = fn
         self.grid = tuple(grid)

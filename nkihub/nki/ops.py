@@ -10,7 +10,8 @@ _NUMPY = {np.add: "add", np.subtract: "subtract", np.multiply: "multiply", np.di
           np.sin: "sin", np.cos: "cos", np.equal: "equal", np.not_equal: "not_equal", np.less: "less",
           np.less_equal: "less_equal", np.greater: "greater", np.greater_equal: "greater_equal",
           np.bitwise_and: "bitwise_and", np.bitwise_or: "bitwise_or", np.bitwise_xor: "bitwise_xor",
-          np.max: "maximum", np.min: "minimum", np.sum: "add", np.prod: "multiply", np.copy: "copy"}
+          np.max: "maximum", np.min: "minimum", np.amax: "maximum", np.amin: "minimum", np.sum: "add",
+          np.prod: "multiply", np.copy: "copy"}
 # nl reduction helpers name the ALU operator they reduce with.
 _REDUCE_ALIASES = {"max": "maximum", "min": "minimum", "sum": "add", "prod": "multiply", "all": "logical_and"}
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nkihub.simulator.errors import NkiError, SimulationError
+from nkihub.simulator.errors import SimulationError, is_kernel_error
 from nkihub.simulator.executor import fill_value, strided
 from nkihub.simulator.isa import ExecContext, opdef
 
@@ -66,9 +66,9 @@ class Eager:
             self.done += 1
             try:
                 opdef(ins.opcode).execute(ins, self._views(ins.src, False), self._views(ins.dst, True), self.ctx)
-            except NkiError:
-                raise
             except Exception as exc:  # a simulator defect or an unchecked rule: say where
+                if is_kernel_error(exc):
+                    raise
                 raise SimulationError(f"{ins.opcode} failed in the simulator: {exc}", loc=ins.loc) from exc
 
     def read(self, tensor) -> np.ndarray:

@@ -73,6 +73,26 @@ class SimulationError(NkiError, RuntimeError):
     """The simulator found a problem while running a Program (e.g. a non-finite value where none may be)."""
 
 
+def index_fault(index: int, size: int, loc: SourceLoc | None, hint: str) -> IndexError:
+    """The error of a run-time access outside a tensor (an indirect DMA address): an ``IndexError`` worded
+    as numpy words one for the tensor's flat elements, which is the type and text AWS's simulator raises
+    and its tests expect; the kernel line and ``hint`` ride along as a note (they show in tracebacks)."""
+    exc = IndexError(f"index {index} is out of bounds for axis 0 with size {size}")
+    exc.add_note((loc.render() + "\n" if loc is not None else "") + hint)
+    exc.nki_fault = True
+    return exc
+
+
+def is_kernel_error(exc: BaseException) -> bool:
+    """True for errors the kernel caused (pass them on as they are), False for simulator defects."""
+    return isinstance(exc, NkiError) or getattr(exc, "nki_fault", False)
+
+
+class UninitializedWarning(RuntimeWarning):
+    """Elements nothing wrote were moved, unchanged, into memory the caller sees (a partly written tile
+    stored whole): the rule ``read-uninitialized`` as a warning, since nothing was computed from them."""
+
+
 class NotSimulatedError(NkiError, NotImplementedError):
     """Something AWS NKI has (a name, a form, an option) that this simulator does not model; names it and
     the kernel line that asked for it."""

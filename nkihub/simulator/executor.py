@@ -20,7 +20,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from nkihub.simulator import config
-from nkihub.simulator.errors import NkiError, SimulationError
+from nkihub.simulator.errors import SimulationError, is_kernel_error
 from nkihub.simulator.isa import ExecContext, opdef
 from nkihub.simulator.program import Program
 from nkihub.simulator.targets import get_target
@@ -249,9 +249,9 @@ class Executor:
                     dst[r] = strided(outer[i], o, shape, strides)
             try:
                 execute(ins, src, dst, ctx)
-            except NkiError:
-                raise
             except Exception as exc:  # a simulator defect or an unchecked rule: say where
+                if is_kernel_error(exc):
+                    raise
                 raise SimulationError(f"{ins.opcode} failed in the simulator: {exc}", loc=ins.loc) from exc
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from nkihub.simulator import config
 from nkihub.simulator.batching import Batches, bind_batches, plan_batches
 from nkihub.simulator.dataflow import NotBatchable
-from nkihub.simulator.errors import NkiError, SimulationError
+from nkihub.simulator.errors import SimulationError, is_kernel_error
 from nkihub.simulator import executor
 from nkihub.simulator.executor import Executor, check_inputs, engine_tables, input_array, strided
 from nkihub.simulator.isa import ExecContext, opdef
@@ -110,9 +110,9 @@ def run_steps(steps, instructions, ctx) -> None:
     try:
         for i, step in enumerate(steps):
             step(ctx)
-    except NkiError:
-        raise
     except Exception as exc:  # a simulator defect or an unchecked rule: say where
+        if is_kernel_error(exc):
+            raise
         ins = instructions[i]
         raise SimulationError(f"{ins.opcode} failed in the simulator: {exc}", loc=ins.loc) from exc
 

@@ -55,13 +55,20 @@ def partition_step(ins, program, target):
                        ins, program, role, ap)
 
 
+def engine_start_partitions(n: int) -> tuple[int, ...]:
+    """Where an engine access of ``n`` partitions may start: over 64 at 0; 33-64 at 0 or 64; up to 32 at
+    0, 32, 64 or 96 (the quadrant rule the ISA pages state for nc_stream_shuffle's active partitions).
+    DMA queues have no such rule."""
+    return (0,) if n > 64 else (0, 64) if n > 32 else (0, 32, 64, 96)
+
+
 def start_partition_rule(ins, program, target):
     """Over 64 partitions start at 0; 33-64 at 0 or 64; up to 32 at 0, 32, 64 or 96."""
     for role, ap in operands(ins):
         if not program.tensors[ap.tensor].on_chip:
             continue
         n, start = partitions(ap), start_partition(ap, program)
-        allowed = (0,) if n > 64 else (0, 64) if n > 32 else (0, 32, 64, 96)
+        allowed = engine_start_partitions(n)
         if start not in allowed:
             raise fail("start-partition", f"an access of {n} partitions starts at partition {start}; "
                        f"it must start at one of {allowed}", ins, program, role, ap)
@@ -92,10 +99,19 @@ def on_chip_operands(ins, program, target):
                        "load it into SBUF with nl.load or nisa.dma_copy first", ins, program, role, ap)
 
 
+# GpSimd reads of PSUM kernels for a target ran with: affine_select's on_true_tile on NeuronCore-v2 (AWS's
+# trn1 attention kernels mask PSUM scores with it; the v2 page states no memory type, the v3/v4 page says
+# "The input on_true_tile must also be in SBUF").
+GPSIMD_PSUM_READS = {("affine_select", "on_true_tile"): frozenset({"gen2"})}
+
+
 def engine_buffers(ins, program, target):
-    """GpSimd never touches PSUM; a two-input Vector op may not take both inputs from PSUM."""
+    """GpSimd never touches PSUM (but see ``GPSIMD_PSUM_READS``); a two-input Vector op may not take both
+    inputs from PSUM."""
     if ins.engine == "gpsimd":
         for role, ap in operands(ins):
+            if target.nc_version in GPSIMD_PSUM_READS.get((ins.opcode, role), ()) and role in ins.src:
+                continue
             if program.tensors[ap.tensor].buffer == "psum":
                 raise fail("engine-buffer", "the GpSimd engine cannot access PSUM", ins, program, role, ap)
     if ins.engine == "vector":

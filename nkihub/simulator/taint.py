@@ -13,9 +13,11 @@ destination unless their row places taints itself (``OpDef.taint``: nc_stream_sh
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
-from nkihub.simulator.errors import KernelRuleError
+from nkihub.simulator.errors import KernelRuleError, UninitializedWarning
 from nkihub.simulator.isa.base import CROSS_PARTITION, DMA, ELEMENTWISE, MATMUL
 from nkihub.simulator.program import AccessPattern, Instruction, Program
 from nkihub.simulator.rules import fail
@@ -38,6 +40,7 @@ class Taints:
         self.arrays: dict[str, np.ndarray] = {}
         self.first_reads: dict[int, tuple] = {}
         self.carried: dict[tuple[str, int], tuple] = {}   # (visible root, origin) -> first write carrying it
+        self.computed: set[int] = set()   # origins some instruction computed on (not only moved)
 
     def _get(self, root: str, size: int) -> np.ndarray:
         arr = self.arrays.get(root)
@@ -73,6 +76,8 @@ class Taints:
         for role, r_ap, t in reads:
             out = earliest(out, spread(ins, role, t, ap) if spread is not None else
                            _spread(t, role, r_ap, ap, categories))
+        if not _moves(ins):
+            self.computed.update(int(o) for o in np.unique(out[out >= 0]))
         if root in self.visible:
             for origin in np.unique(out[out >= 0]):
                 self.carried.setdefault((root, int(origin)), (ins, ap))
@@ -80,11 +85,25 @@ class Taints:
         view[...] = out[..., None] if ratio > 1 else out
 
     def check(self, root: str) -> None:
-        """Raise if memory the caller sees (``root``) still holds a value computed from unwritten memory."""
+        """Raise if memory the caller sees (``root``) still holds a value computed from unwritten memory.
+
+        The unwritten part of a partly written tile that copies moved, unchanged, into it (a masked result
+        stored whole, as AWS's examples do, checking only what the mask wrote) is no computation on
+        garbage: the caller gets those elements as they are (NaN here), with a warning instead of an error.
+        A tile nothing wrote at all, and HBM read before it was written (a race between cores), stay
+        errors."""
         arr = self.arrays.get(root)
         if root in self.visible and arr is not None and (arr >= 0).any():
-            origin = int(arr[arr >= 0].min())
-            raise self.error(origin, *self.carried[(root, origin)])
+            origins = [int(o) for o in np.unique(arr[arr >= 0])]
+            for origin in origins:
+                reached, dst = self.carried[(root, origin)]
+                _, read, missing = self.first_reads[origin]
+                if (origin in self.computed or not _moves(self.program.instructions[origin]) or missing >= read.size
+                        or not self.program.tensor_of(read).on_chip):
+                    raise self.error(origin, reached, dst)
+            err = self.error(origins[0], *self.carried[(root, origins[0])])
+            warnings.warn(f"{err} (stored as it is: those elements hold no value)", UninitializedWarning,
+                          stacklevel=2)
 
     def error(self, origin: int, reached: Instruction, dst: AccessPattern) -> KernelRuleError:
         role, ap, missing = self.first_reads[origin]
@@ -92,6 +111,14 @@ class Taints:
         where = f" (written at {reached.loc})" if reached.loc and reached is not first else ""
         return fail("read-uninitialized", f"reads {missing} of {ap.size} elements of '{ap.tensor}' that nothing "
                     f"wrote, and the result reaches '{dst.tensor}'{where}", first, self.program, role, ap)
+
+
+def _moves(ins: Instruction) -> bool:
+    """``ins`` moves values unchanged (a DMA or a copy), computing nothing from them."""
+    from nkihub.simulator.isa import opdef
+    row = opdef(ins.opcode)
+    return (DMA in row.categories and CROSS_PARTITION not in row.categories and not ins.attrs.get("dst_rmw_op")) \
+        or row.copies(ins) is not None
 
 
 def per_partition(t: np.ndarray) -> np.ndarray:

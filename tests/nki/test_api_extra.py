@@ -121,6 +121,17 @@ def test_stream_shuffle_gather_transpose():
     np.testing.assert_array_equal(out, a.T)
 
 
+@pytest.mark.parametrize("shape,perm", [((8, 32), (1, 0)), ((4, 6, 8), (2, 1, 0)), ((16, 1, 4, 8), (3, 1, 2, 0)),
+                                        ((16, 2, 3, 8), (3, 1, 2, 0))])
+def test_dma_transpose_default_permutation_by_rank(shape, perm):
+    # the dma_transpose page: without axes, 2-d tiles permute [1, 0], 3-d [2, 1, 0], 4-d [3, 1, 2, 0]
+    # (nki-library's qkv_cte transposes [S, 1, n, 128] into [128, 1, n, S] this way)
+    a = _arr(4, shape)
+    want = np.transpose(a, perm)
+    out = _run(lambda x, o: nisa.dma_transpose(o, x), a, out_shape=want.shape)
+    np.testing.assert_array_equal(out, want)
+
+
 def test_nl_extras():
     a = _arr(3, (16, 24))
 

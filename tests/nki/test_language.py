@@ -375,3 +375,25 @@ def test_nl_range_is_an_in_order_loop_that_may_carry_values():
     prog = running_sum.trace(x)
     assert [lp.kind for lp in prog.loops.values()] == ["sequential"]
     assert list(nl.range(2, 8, 3)) == [2, 5]   # outside a kernel: Python's range
+
+
+@pytest.mark.parametrize("dtype,value", [(np.int32, 100), (np.float32, -2.5)])
+def test_store_of_a_number_fills_the_hbm_view(dtype, value):
+    # nl.store's page: "value: an SBUF tile or a scalar value"; a scalar fills every element of dst
+    @nki.jit
+    def fill(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nki.isa.dma_copy(dst=out, src=x)
+        nl.store(out[2:5, :], value)
+        return out
+    x = np.zeros((200, 6), dtype)
+    want = x.copy()
+    want[2:5] = value
+    np.testing.assert_array_equal(fill(x), want)
+
+    @nki.jit
+    def fill_all(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value)
+        return out
+    np.testing.assert_array_equal(fill_all(x), np.full_like(x, value))

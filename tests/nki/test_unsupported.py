@@ -90,6 +90,9 @@ def test_a_launch_grid_without_programs_is_an_error(grid):
         k[grid](X)
     assert info.value.rule == "launch-grid" and info.value.loc.file == __file__
     old = old_nki.jit(k.fn)
+    if grid == 0:   # neuronxcc launches kernel[0] as a launch without a grid: one program
+        np.testing.assert_array_equal(old[grid](X), X)
+        return
     with pytest.raises(KernelRuleError, match="launch-grid"):
         old[grid](X)
 

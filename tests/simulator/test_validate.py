@@ -8,6 +8,7 @@ import pytest
 from nkihub.simulator.errors import KernelRuleError, SourceLoc
 from nkihub.simulator.program import AccessPattern, Instruction, LoopInfo, Program, TensorSpec
 from nkihub.simulator.targets import TRN2
+from nkihub.simulator.errors import UninitializedWarning
 from nkihub.simulator.validate import check_instruction, validate
 
 
@@ -61,7 +62,13 @@ def test_read_of_unwritten_memory():
 
 def test_read_of_a_partly_written_tile():
     half = Instruction("memset", "vector", {"dst": ap("a", (2, 4))}, {}, {"value": 0.0}, loc(1))
-    assert "reads 8 of 16" in str(rule_of(build(T, [half, copy("b", "a", (4, 4))], outputs=["b"])))
+    # computed on: an error
+    neg = Instruction("tensor_scalar", "vector", {"dst": ap("b", (4, 4))}, {"data": ap("a", (4, 4))},
+                      {"op0": "multiply", "operand0": -1.0}, loc(2))
+    assert "reads 8 of 16" in str(rule_of(build(T, [half, neg], outputs=["b"])))
+    # stored as it is into the output (AWS's masked examples store partly written tiles whole): a warning
+    with pytest.warns(UninitializedWarning, match="reads 8 of 16"):
+        validate(build(T, [half, copy("b", "a", (4, 4))], outputs=["b"]), TRN2)
 
 
 def test_accumulating_onto_unwritten_psum_is_a_read_of_unwritten_memory():
@@ -88,8 +95,9 @@ def test_garbage_that_is_overwritten_before_it_is_stored_is_allowed():
 
 def test_garbage_reaching_an_output_names_the_first_read():
     half = Instruction("memset", "vector", {"dst": ap("a", (2, 4))}, {}, {"value": 0.0}, loc(1))
-    program = build(U, [half, copy("b", "a", (4, 4), line=3), copy("c", "b", (4, 4), line=5),
-                        copy("o", "c", (4, 4), line=7)], outputs=["o"])
+    neg = Instruction("tensor_scalar", "vector", {"dst": ap("c", (4, 4))}, {"data": ap("b", (4, 4))},
+                      {"op0": "multiply", "operand0": -1.0}, loc(5))
+    program = build(U, [half, copy("b", "a", (4, 4), line=3), neg, copy("o", "c", (4, 4), line=7)], outputs=["o"])
     with pytest.raises(KernelRuleError) as info:
         validate(program, TRN2, rules=False)
     e = info.value
@@ -104,8 +112,14 @@ def test_garbage_stored_then_overwritten_in_the_output_is_allowed():
     pad = Instruction("memset", "vector", {"dst": ap("o", (2, 4), offset=8)}, {}, {"value": 0.0}, loc(4))
     program = build(U, [half, copy("o", "a", (4, 4), line=3), pad], outputs=["o"])
     validate(program, TRN2, rules=False)
-    # Without the overwrite the garbage stays: the error names the first read and the store.
-    program = build(U, [half, copy("o", "a", (4, 4), line=3)], outputs=["o"])
+    # Without the overwrite the unwritten rows stay: moved as they are (in one copy or several), a warning
+    # names the first read; computed on before the store, an error.
+    for moves in ([copy("o", "a", (4, 4), line=3)], [copy("b", "a", (4, 4), line=3), copy("o", "b", (4, 4))]):
+        with pytest.warns(UninitializedWarning, match="reaches 'o'"):
+            validate(build(U, [half, *moves], outputs=["o"]), TRN2, rules=False)
+    neg = Instruction("tensor_scalar", "vector", {"dst": ap("b", (4, 4))}, {"data": ap("a", (4, 4))},
+                      {"op0": "multiply", "operand0": -1.0}, loc(3))
+    program = build(U, [half, neg, copy("o", "b", (4, 4), line=4)], outputs=["o"])
     with pytest.raises(KernelRuleError) as info:
         validate(program, TRN2, rules=False)
     assert info.value.rule == "read-uninitialized" and "reaches 'o'" in str(info.value)

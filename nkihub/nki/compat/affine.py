@@ -13,6 +13,7 @@ import operator
 
 import numpy as np
 
+from nkihub.nki.compat import masks
 from nkihub.nki.tensor import NkiTensor, _oob
 from nkihub.nki.unsupported import not_simulated
 
@@ -97,7 +98,7 @@ class AffineExpr:
     # -- comparisons make mask predicates ----------------------------------------------------------------
     def _cmp(self, other, op):
         if isinstance(other, (AffineExpr, int, np.integer)):
-            return Predicate(((self - other, op),))
+            return Predicate(masks.absorb(((self - other, op),)))
         return NotImplemented
 
     def __lt__(self, o): return self._cmp(o, "lt")
@@ -134,7 +135,7 @@ class Predicate:
         return Predicate(self.terms + other.terms)
 
     def __bool__(self):
-        raise TypeError("a mask predicate has no truth value at trace time; combine masks with '&'")
+        return masks.truth(self)   # True only as the left operand of an 'and' of comparisons
 
     def ranges(self) -> dict[int, tuple[int, int, int]]:
         """``{grid axis: (lo, hi, size)}``: each term must involve a single grid axis."""
@@ -248,9 +249,45 @@ def resolve(x, mask=None):
     return restrict(x, ranges) if isinstance(x, (NkiTensor, PendingView)) else x
 
 
+def _tile_index(t: NkiTensor, key: tuple, d: int):
+    """``t[idx_tile, i_f]``: dim ``d`` of ``t`` indexed by the values of an on-chip tile of N indices
+    ([N, 1] or [N]), one per partition, read when the kernel runs (the old dialect's indirect DMA,
+    ``nl.load``/``nl.store``/``nisa.dma_copy`` pages). The view is ``t`` indexed as if by ``0`` on that
+    axis, its first dim (N) being the indices: an indirect view with per-row offsets (``nki.indirect``)."""
+    from nkihub.nki import indirect
+    idx = key[d]
+    if not idx.spec.on_chip:
+        raise TypeError(f"an index tile must be on chip (load it into SBUF first); {idx.name} is in {idx.buffer}")
+    if any(n != 1 for n in idx.shape[1:]):
+        raise not_simulated(f"an index tile of shape {idx.shape}", "index tiles hold one index per partition "
+                            "([N, 1] or [N])")
+    if any(isinstance(k, NkiTensor) for i, k in enumerate(key) if i != d):
+        raise not_simulated("indexing a tensor with two index tiles", "one dim may be indexed by a tile")
+    if any(not isinstance(k, (AffineExpr, int, np.integer)) for k in key[:d]):
+        raise not_simulated("an index tile after a slice", "the dims before an index tile take index "
+                            "expressions or integers")
+    rest = [k.ndim for k in key if isinstance(k, AffineExpr)]
+    grid_nd = max([1, *rest])
+    n = idx.shape[0]
+    # the tile's indices run along grid axis 0 (its partition axis); a zero coefficient leaves the
+    # address of each row to the run-time offset
+    place = AffineExpr((n,) + (1,) * (grid_nd - 1), {}, 0)
+    view = affine_index(t, key[:d] + (place,) + key[d + 1:])
+    if isinstance(view, PendingView):
+        raise _oob("an index expression beside an index tile leaves the tensor", view.view)
+    if view.shape[0] != n:
+        raise not_simulated(f"indexing {t.shape} with an index tile of {n} rows gives a view of shape "
+                            f"{view.shape}", "the index tile's rows must be the first dim of the view")
+    offsets = idx if idx.ndim == 2 else NkiTensor(idx.spec, idx.offset, (idx.dims[0], (1, 1)))
+    return indirect.make(view, t, None, offsets, d)
+
+
 def affine_index(t: NkiTensor, key):
     """``NkiTensor.index_hooks`` entry: index ``t`` with affine expressions (else NotImplemented)."""
     key = key if isinstance(key, tuple) else (key,)
+    tiles = [d for d, k in enumerate(key) if isinstance(k, NkiTensor)]
+    if tiles:
+        return _tile_index(t, key, tiles[0])
     if not any(isinstance(k, AffineExpr) for k in key):
         return NotImplemented
     if any(k is Ellipsis or k is None for k in key):

@@ -56,8 +56,8 @@ NOTES = {
         "nki-library goldens (the 2.32 API page describes a scale twice as large)",
     "nki.isa.nc_matmul_mx": "trn3 only; tile_position/tile_size accepted, the whole array is costed",
     "nki.isa.rand2": "trn3 only; numpy's generator, not XORWOW",
-    "nki.isa.tensor_scalar_cumulative": "reduce_cmd=reduce (carrying the engine accumulator over from an earlier "
-        "instruction) is refused with a rule error; reset_reduce and load_reduce are simulated",
+    "nki.isa.tensor_scalar_cumulative": "the Vector Engine's accumulator registers are a [128, 1] fp32 SBUF "
+        "tensor of the Program, so reduce_cmd=reduce continues where the previous instruction left them",
     "nki.compiler.kernel_builder.compile_kernel": "the guide names it without a signature: (kernel, *args, "
         "target=...) -> the compiled Program, as nki.compile",
     "nki.typing.tensor": "an annotation (nt.tensor[shape]); no runtime effect",

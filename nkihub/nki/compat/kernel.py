@@ -10,6 +10,7 @@ cost model and are estimates.
 from __future__ import annotations
 
 from nkihub.nki.jit import JitKernel
+from nkihub.nki.tensor import NkiTensor
 
 
 class CompatKernel(JitKernel):
@@ -20,17 +21,43 @@ class CompatKernel(JitKernel):
         program.meta["issue"] = "list"   # neuronxcc schedules the instructions itself (simulator.issue)
         return program
 
+    def __getitem__(self, grid):
+        # kernel[0]: neuronxcc launches such a kernel as it launches one without a grid, one program with
+        # program_id 0 (nki-samples' pipelined_attention is launched flash_fwd[0](...) on one batch and
+        # checks that program's output); any other grid is the SPMD launch of prod(grid) programs.
+        if grid == 0 or grid == (0,) or grid == [0]:
+            return type(self)(self.fn, (), self._cache, **self.options)
+        return super().__getitem__(grid)
+
+    def _set_outputs(self, program, ret) -> None:
+        # This dialect's simulator hands back an on-chip tile a kernel returns (AWS's range_select example
+        # returns its SBUF result): its values are stored into an HBM output of its shape at the end.
+        def spill(t):
+            if not isinstance(t, NkiTensor) or not t.spec.on_chip:
+                return t
+            from nkihub.nki import language as nl
+            out = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm, name=f"{t.name}_out")
+            nl.store(out, t)
+            return out
+        if isinstance(ret, (tuple, list)):
+            ret = type(ret)(spill(t) for t in ret)
+        else:
+            ret = spill(ret)
+        super()._set_outputs(program, ret)
+
 
 def _wrap(kernel, **options) -> CompatKernel:
     fn = kernel.fn if isinstance(kernel, JitKernel) else kernel
     return CompatKernel(fn, **options)
 
 
-def jit(func=None, mode="auto", **kwargs):
-    """``@nki.jit`` of the neuronxcc dialect (every ``mode`` runs on the simulator)."""
+def jit(func=None, mode="auto", platform_target=None, **kwargs):
+    """``@nki.jit`` of the neuronxcc dialect (every ``mode`` runs on the simulator); ``platform_target``
+    ("trn1", "trn2", "trn3") is the target the kernel is traced for unless a call names another."""
+    options = {"platform_target": platform_target} if platform_target else {}
     if func is None:
-        return lambda f: _wrap(f)
-    return _wrap(func)
+        return lambda f: _wrap(f, **options)
+    return _wrap(func, **options)
 
 
 def baremetal(kernel=None, **kwargs):

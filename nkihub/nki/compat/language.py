@@ -305,6 +305,10 @@ def static_cast(input_data, dtype):
     return np.asarray(to_numpy(input_data)).astype(dtype_of(dtype))
 
 
+from nkihub.nki.compat import masks as _masks  # noqa: E402
+
+_masks.wrap_module(globals())   # mask=True / mask=False constants
+
 from nkihub.nki import unsupported as _unsupported  # noqa: E402
 
 __getattr__ = _unsupported.module_getattr("neuronxcc.nki.language")  # AWS NKI names not simulated: a clear error

@@ -130,9 +130,13 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
 
     ``accumulate``: True adds to dst, False overwrites, None (default) overwrites on the first write to a
     PSUM location and accumulates afterwards. K <= 128, M <= 128, N <= 512 (fp32 dst).
+    ``perf_mode=matmul_perf_mode.double_row`` (fp8 inputs, NeuronCore-v3 and newer): each partition
+    carries two rows of the contraction, stationary [K, 2, M] and moving [K, 2, N], so dst[M, N] sums
+    over 2K rows at twice the throughput.
     """
     b = tracing.require("nisa.nc_matmul")
     _tile(dst, "dst"), _tile(stationary, "stationary"), _tile(moving, "moving")
+    perf_mode = "double_row" if _cmd(perf_mode) == "double_row_gen3" else perf_mode   # the 2.2x spelling
     if accumulate is None:
         accumulate = b.psum_accumulating(dst.to_ap()) if dst.buffer == "psum" else False
     emit("nc_matmul", "tensor", {"dst": dst}, {"stationary": stationary, "moving": moving},
@@ -275,17 +279,20 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
 
 
 def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown,
-             engine=engine.unknown, name=None):
+             engine=engine.unknown, name=None, dst_rmw_op=None):
     """dst = src through a DMA queue (HBM <-> SBUF or within either); equal element counts; dtypes
     convert through fp32. One side may be an indirect view (``t.ap(..., scalar_offset=/vector_offset=)``):
     its addresses come from run-time offsets, and ``oob_mode=oob_mode.skip`` skips the elements that fall
-    outside the tensor (``error``, the default, stops the run)."""
+    outside the tensor (``error``, the default, stops the run). ``dst_rmw_op=nl.add`` (np.add) adds src
+    into dst instead of overwriting it (2.28's page; only with ``oob_mode.error``)."""
+    from nkihub.nki.ops import op_name
     _tile(dst, "dst"), _tile(src, "src")
+    rmw = {"dst_rmw_op": op_name(dst_rmw_op)} if dst_rmw_op is not None else {}
     if dst.indirect is not None or src.indirect is not None:
         from nkihub.nki import indirect
-        indirect.dma_copy(dst, src, _cmd(oob_mode), _cmd(dge_mode))
+        indirect.dma_copy(dst, src, _cmd(oob_mode), _cmd(dge_mode), **rmw)
         return dst
-    emit("dma_copy", "dma", {"dst": dst}, {"src": src}, {"dge_mode": _cmd(dge_mode)})
+    emit("dma_copy", "dma", {"dst": dst}, {"src": src}, {"dge_mode": _cmd(dge_mode), **rmw})
     return dst
 
 

@@ -19,6 +19,26 @@ def _reduce(dsts: dict, attrs: dict, reduce_res, reduce_op, cmd) -> None:
         attrs["reduce_cmd"] = _cmd(cmd)
 
 
+def _vector_reduce(dsts: dict, srcs: dict, attrs: dict, dst, reduce_res, reduce_op, cmd) -> None:
+    """The reduction of a Vector Engine instruction through the engine's accumulator registers (the
+    reduce_cmd page): ``reset_reduce`` starts them from this result, ``reduce`` folds this result into
+    what the previous accumulating instruction left there; ``reduce_res`` [P, 1], when given, receives
+    them. ``idle`` with a ``reduce_res`` just reduces this result into it."""
+    from nkihub.nki.isa.state import _vector_accumulator
+    cmd = _cmd(cmd)
+    if cmd == "idle":
+        _reduce(dsts, attrs, reduce_res, reduce_op, cmd)
+        return
+    if reduce_res is not None:
+        dsts["reduce_res"] = _tile(reduce_res, "reduce_res")
+    attrs["reduce_op"] = op_name(reduce_op) if reduce_op is not None else "add"
+    attrs["reduce_cmd"] = cmd
+    acc = _vector_accumulator(dst)
+    dsts["acc"] = acc
+    if cmd == "reduce":
+        srcs["acc"] = acc
+
+
 def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, name=None):
     """dst[:, i] = op1(op0(data0[:, i], dst[:, i-1]), data1[:, i]) along the free axis of [P, F] tiles,
     starting from ``initial`` (a number or a [P, 1] tile); fp32 math on the Vector Engine."""
@@ -69,7 +89,7 @@ def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd
     src, attrs, dsts = {"predicate": predicate, "on_true": on_true}, {"reverse_pred": bool(reverse_pred)}, \
         {"dst": dst}
     _scalar_or_tile(on_false, "on_false", src, attrs)
-    _reduce(dsts, attrs, reduce_res, reduce_op, reduce_cmd)
+    _vector_reduce(dsts, src, attrs, dst, reduce_res, reduce_op, reduce_cmd)
     emit("select_reduce", "vector", dsts, src, attrs)
     return dst
 
@@ -85,7 +105,7 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_c
     _scalar_or_tile(bound0, "bound0", src, attrs)
     _scalar_or_tile(bound1, "bound1", src, attrs)
     dsts = {"dst": dst}
-    _reduce(dsts, attrs, reduce_res, reduce_op, reduce_cmd)
+    _vector_reduce(dsts, src, attrs, dst, reduce_res, reduce_op, reduce_cmd)
     emit("range_select", "vector", dsts, src, attrs)
     return dst
 
@@ -145,8 +165,13 @@ def nc_n_gather(dst, data, indices, name=None):
 
 
 def dma_transpose(dst, src, axes=None, priority=None, dge_mode=None, oob_mode=None, name=None):
-    """dst = src with its axes permuted (default reversed) through a DMA queue."""
+    """dst = src with its axes permuted (default reversed) through a DMA queue. A gathering ``src`` (an
+    indirect view, e.g. rows picked by an index tile) is gathered into an HBM staging tensor first: the
+    same values, one more DMA pass in the cost model than the hardware's fused descriptors."""
     _tile(dst, "dst"), _tile(src, "src")
+    if src.indirect is not None:
+        from nkihub.nki import indirect
+        src = indirect.staged(src, "nisa.dma_transpose", "error" if oob_mode is None else _cmd(oob_mode))
     emit("dma_transpose", "dma", {"dst": dst}, {"src": src}, {"axes": list(axes) if axes else None})
     return dst
 

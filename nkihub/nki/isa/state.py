@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from nkihub.nki import tracing
 from nkihub.nki.isa import _engine, _scalar_or_tile, _tile, emit, engine
+from nkihub.nki.tensor import NkiTensor
 
 
 def rand2(dst, min, max, name=None):  # noqa: A002  (AWS's parameter names)
@@ -55,15 +56,36 @@ class NkiInstruction:
         return self
 
 
+def _vector_accumulator(dst):
+    """The Vector Engine's accumulator registers (one fp32 per partition) of the program instance being
+    traced, as a [partitions, 1] tensor of the Program, viewed on ``dst``'s partitions: instructions that
+    continue an accumulation (``reduce_cmd=reduce``) read what the previous one left there, and the
+    dependency is data like any other."""
+    from nkihub.simulator.rules import start_partition
+    b = tracing.current()
+    key = len(b.instances)
+    accs = b.__dict__.setdefault("_vector_acc", {})
+    if key not in accs:
+        accs[key] = NkiTensor(b.new_tensor((b.target.partitions, 1), "float32", "sbuf", name="vector_acc"))
+    ap = dst.to_ap()
+    start = start_partition(ap, b.program)
+    return accs[key][start:start + ap.shape[0], 0:1]
+
+
 def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd="reset_reduce", name=None):
     """dst[:, i] = reg = op1(op0(src[:, i], imm0), reg) along the free axis of each partition (Vector
-    Engine); reg starts at op1's identity (``reset_reduce``) or at ``imm1`` (``load_reduce``). op1 is one of
-    add, subtract, multiply, maximum, minimum; imm0/imm1 are numbers or [P, 1] tiles."""
+    Engine); reg starts at op1's identity (``reset_reduce``), at ``imm1`` (``load_reduce``) or where the
+    previous accumulating Vector instruction left it (``reduce``). op1 is one of add, subtract, multiply,
+    maximum, minimum; imm0/imm1 are numbers or [P, 1] tiles."""
     from nkihub.nki.isa import _cmd
     from nkihub.nki.ops import op_name
     _tile(dst, "dst"), _tile(src, "src")
-    srcs, attrs = {"src": src}, {"op0": op_name(op0), "op1": op_name(op1), "reduce_cmd": _cmd(reduce_cmd)}
+    cmd = _cmd(reduce_cmd)
+    acc = _vector_accumulator(dst)
+    srcs, attrs = {"src": src}, {"op0": op_name(op0), "op1": op_name(op1), "reduce_cmd": cmd}
     _scalar_or_tile(imm0, "imm0", srcs, attrs)
     _scalar_or_tile(imm1, "imm1", srcs, attrs)
-    emit("tensor_scalar_cumulative", "vector", {"dst": dst}, srcs, attrs)
+    if cmd == "reduce":
+        srcs["acc"] = acc
+    emit("tensor_scalar_cumulative", "vector", {"dst": dst, "acc": acc}, srcs, attrs)
     return dst

@@ -35,8 +35,21 @@ def unary(act: str, x: NkiTensor, dtype=None) -> NkiTensor:
     return per_instruction(nisa.activation, out, act, x)
 
 
+def _widen(t: NkiTensor, shape: tuple) -> NkiTensor:
+    """Tile ``t`` seen with numpy-broadcast ``shape``: missing leading dims added, a single partition
+    copied to every partition (a DMA, as ``nl.broadcast_to`` does: engine lanes read their own partition),
+    size-1 free dims read with stride 0."""
+    from nkihub.nki.language.memory import broadcast_to, in_sbuf
+    view = NkiTensor(t.spec, t.offset, [(0, 1)] * (len(shape) - t.ndim) + list(t.dims))
+    if view.shape[0] == 1 and shape[0] != 1:
+        view = broadcast_to(in_sbuf(view), (shape[0],) + view.shape[1:])
+    return NkiTensor(view.spec, view.offset, [(st if n == m else 0, m) for (st, n), m in zip(view.dims, shape)])
+
+
 def binary(op: str, x, y, dtype=None) -> NkiTensor:
-    """``x <op> y`` with tiles or numbers; a [P, 1] tile broadcasts along the free dims."""
+    """``x <op> y`` with tiles or numbers; tile shapes broadcast as numpy's do (the ``nl`` arithmetic
+    pages: "x.shape and y.shape must be broadcastable to a common shape"). A [P, 1] tile is a per-partition
+    scalar operand (tensor_scalar); a single partition is first copied to all partitions."""
     xt, yt = isinstance(x, NkiTensor), isinstance(y, NkiTensor)
     if not xt and not yt:
         raise TypeError(f"nl.{op} needs at least one tile argument")
@@ -50,10 +63,22 @@ def binary(op: str, x, y, dtype=None) -> NkiTensor:
         if x.shape[0] == y.shape[0] and _free(x) == 1:
             out = ndarray(y.shape, result_dtype(x, y, dtype=dtype), buffer=sbuf, name=op)
             return per_instruction(nisa.tensor_scalar, out, y, op, x, reverse0=True)
-        raise KernelRuleError("shape-mismatch", f"nl.{op}: tiles of shapes {x.shape} and {y.shape} do not "
-                              "broadcast on the engines (same shape, or a [P, 1] column; broadcast along "
-                              "partitions with nl.broadcast_to first)", operand="y", shape=y.shape,
-                              dtype=y.spec.dtype, buffer=y.buffer, loc=tracing.caller_loc())
+        try:
+            shape = tuple(np.broadcast_shapes(x.shape, y.shape))
+        except ValueError:
+            raise KernelRuleError("shape-mismatch", f"nl.{op}: tiles of shapes {x.shape} and {y.shape} do not "
+                                  "broadcast (each dim equal, or 1 in one of them)", operand="y", shape=y.shape,
+                                  dtype=y.spec.dtype, buffer=y.buffer, loc=tracing.caller_loc()) from None
+        out_dtype = result_dtype(x, y, dtype=dtype)
+        parts = (shape[0],) + (1,) * (len(shape) - 1)
+        xw = _widen(x, parts if _free(x) == 1 else shape)
+        yw = _widen(y, parts if _free(y) == 1 else shape)
+        out = ndarray(shape, out_dtype, buffer=sbuf, name=op)
+        if _free(yw) == 1:
+            return per_instruction(nisa.tensor_scalar, out, _widen(xw, shape), op, yw)
+        if _free(xw) == 1:
+            return per_instruction(nisa.tensor_scalar, out, yw, op, xw, reverse0=True)
+        return per_instruction(nisa.tensor_tensor, out, xw, yw, op)
     if xt:
         out = ndarray(x.shape, result_dtype(x, dtype=dtype), buffer=sbuf, name=op)
         return per_instruction(nisa.tensor_scalar, out, x, op, y)
@@ -76,8 +101,8 @@ def _make_binary(name: str, op: str):
     def fn(x, y, dtype=None):
         return binary(op, x, y, dtype)
     fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = (f"Elementwise ``x {op} y`` for tiles [P, F...] or numbers (a [P, 1] tile broadcasts along "
-                  "the free dims), in fp32 on the Vector Engine; returns a new SBUF tile.")
+    fn.__doc__ = (f"Elementwise ``x {op} y`` for tiles [P, F...] or numbers (tile shapes broadcast as numpy's), "
+                  "in fp32 on the Vector Engine; returns a new SBUF tile.")
     return fn
 
 

@@ -172,7 +172,7 @@ def empty_like(x, dtype=None, buffer=None, name=None) -> NkiTensor:
 def load(src, dtype=None) -> NkiTensor:
     """Load an HBM view ``src`` [P, F...] into a new SBUF tile (cast to ``dtype`` if given)."""
     t = ndarray(src.shape, dtype or src.dtype, buffer=sbuf, name="load")
-    if src.spec.on_chip:
+    if src.spec.on_chip and src.indirect is None:
         nisa.tensor_copy(t, src)
     else:
         nisa.dma_copy(dst=t, src=src)
@@ -229,18 +229,36 @@ def device_print(print_prefix, tensor) -> None:
               {"prefix": str(print_prefix)})
 
 
+def engine_reachable(t: NkiTensor) -> bool:
+    """Whether a compute engine may access on-chip view ``t``: its partitions start where the engines'
+    start-partition rule allows (``simulator.rules.engine_start_partitions``)."""
+    from nkihub.simulator.rules import engine_start_partitions
+    n = t.dims[0][1] if t.dims else 1
+    return t.offset // max(1, t.spec.free_size) in engine_start_partitions(n)
+
+
 def _assign(dst: NkiTensor, value) -> None:
     """``dst[...] = value``: a copy (DMA for HBM, Vector Engine on chip) or a memset for a number."""
+    if dst.indirect is not None:   # addressed by run-time indices: only the DMA engines can write it
+        nisa.dma_copy(dst=dst, src=value)
+        return
     if isinstance(value, NkiTensor) and value.to_ap() == dst.to_ap():
         return  # ``t[k] += x`` assigns the updated view to itself
     if hasattr(value, "_assign_into"):
         value._assign_into(dst)   # a value that writes itself (the old dialect's nl.loop_reduce)
         return
-    if not isinstance(value, NkiTensor):
+    if not isinstance(value, NkiTensor) and (not dst.spec.on_chip or not engine_reachable(dst)):
+        # a number into HBM (nl.store(hbm, 100)), or into SBUF partitions an engine access cannot start
+        # at (t[i, j] = 5 for any i, as AWS's examples write): one SBUF element is set and a DMA, which has
+        # no start-partition rule, reads it for every element of dst (a source pattern of stride 0)
+        one = ndarray((1, 1), dst.dtype, buffer=sbuf, name="fill")
+        nisa.memset(one, value)
+        nisa.dma_copy(dst=dst, src=NkiTensor(one.spec, one.offset, ((0, 1), (0, dst.size))))
+    elif not isinstance(value, NkiTensor):
         per_instruction(nisa.memset, dst, value)
     elif tracing.require("assignment").write_in_place(value.to_ap(), dst.to_ap()):
         value.spec, value.offset, value.dims = dst.spec, dst.offset, dst.dims  # later reads see dst
-    elif dst.spec.on_chip and value.spec.on_chip:
+    elif dst.spec.on_chip and value.spec.on_chip and engine_reachable(dst) and engine_reachable(value):
         per_instruction(nisa.tensor_copy, dst, value)
     else:
         nisa.dma_copy(dst=dst, src=value)

@@ -129,8 +129,9 @@ def dst_reads(row: OpDef, ins) -> tuple[str, ...]:
 
 def reduce_res_read(ins) -> tuple[str, ...]:
     """``reads_dst`` of instructions with an accumulating reduction: in ``reduce_cmd='reduce'`` mode
-    ``reduce_res`` keeps accumulating onto its contents (the main destination is only written)."""
-    return ("reduce_res",) if ins.attrs.get("reduce_cmd") == "reduce" else ()
+    ``reduce_res`` keeps accumulating onto its contents (the main destination is only written), unless
+    the instruction reads the engine's accumulator registers (source ``acc``) instead."""
+    return ("reduce_res",) if ins.attrs.get("reduce_cmd") == "reduce" and "acc" not in ins.src else ()
 
 
 def in_category(category: str) -> frozenset:

@@ -16,6 +16,10 @@ def _dma_rules(ins, program, target):
         if program.tensor_of(ap).buffer == "psum":
             raise fail("dma-buffer", "DMA cannot access PSUM; copy PSUM to SBUF with nisa.tensor_copy first",
                        ins, program, role)
+    rmw = ins.attrs.get("dst_rmw_op")
+    if rmw and rmw not in RMW_OPS:
+        raise fail("dma-rmw-op", f"dst_rmw_op {rmw!r}: a DMA read-modify-write only adds (np.add / nl.add)",
+                   ins, program, "dst")
     if d.size != s.size:
         raise fail("dma-size", f"src has {s.size} elements, dst {d.size} (shape {d.shape}); a DMA "
                    "moves equal element counts", ins, program, "src")
@@ -26,11 +30,16 @@ def _dma_rules(ins, program, target):
                        f"{target.partitions} partitions", ins, program, role)
 
 
+RMW_OPS = ("add",)   # dst_rmw_op: the DMA page names nl.add (np.add) as the only read-modify-write op
+
+
 def _dma_copy(ins, src, dst, ctx):
     """dst = src through a DMA queue; element counts match, shapes may differ (row-major order);
-    dtypes convert through fp32."""
+    dtypes convert through fp32. With ``dst_rmw_op="add"``: dst = dst + src (in fp32)."""
     s, out = src["src"], dst["dst"]
-    if s.dtype == out.dtype:
+    if ins.attrs.get("dst_rmw_op"):
+        store(out, f32(out) + f32(s).reshape(out.shape))
+    elif s.dtype == out.dtype:
         out[...] = s.reshape(out.shape)
     else:
         store(out, f32(s).reshape(out.shape))
@@ -83,6 +92,6 @@ def _dma_cost(ins, program, target):
 
 
 register("dma_copy", engines={"dma"}, execute=_dma_copy, cost=_dma_cost, rules=(_dma_rules,),
-         categories={DMA}, bind=_dma_bind,
+         categories={DMA}, bind=_dma_bind, reads_dst=lambda ins: bool(ins.attrs.get("dst_rmw_op")),
          # dge_mode picks the descriptor generator, not the values
          copies=lambda ins: "src" if set(ins.attrs) <= {"dge_mode"} else None)

@@ -13,8 +13,11 @@ access pattern over it: ``offset`` and ``pattern`` ([[step, size], ...] in eleme
   addresses ``idx[i] * stride`` instead of ``i * step`` (the other dims keep their steps).
 
 ``stride`` is the element stride of the tensor dim the offsets count along (``indirect_dim``).
-Addresses outside the tensor raise an error, or are skipped with ``oob="skip"`` (the element is not read,
-its destination left as it was; or not written).
+Addresses outside the tensor (negative ones too) raise an ``IndexError`` naming the first such flat element
+index and the tensor's element count, as AWS's simulator does, or are skipped with ``oob="skip"`` (the
+element is not read, its destination left as it was; or not written). A scatter with ``dst_rmw_op="add"``
+adds into the table (dst = dst + src; indices that repeat add up, as the DMA page says the compiler
+serialises duplicated offsets); read-modify-write allows only ``oob="error"``.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import math
 
 import numpy as np
 
-from nkihub.simulator.errors import SimulationError
+from nkihub.simulator.errors import index_fault
 from nkihub.simulator.isa.base import DMA, INDIRECT, f32, register, store
 from nkihub.simulator.isa.dma import contiguous_bytes
 from nkihub.simulator import cost_rules as cr
@@ -61,10 +64,9 @@ def _execute(ins, src, dst, ctx):
     addr = addresses(ins.attrs, src["offsets"])
     inside = (addr >= 0) & (addr < whole.size)
     if not inside.all() and ins.attrs.get("oob", "error") != "skip":
-        bad = addr[~inside].reshape(-1)[0]
-        raise SimulationError(f"dma_copy: an indirect {side} address ({bad}) falls outside the tensor of "
-                              f"{whole.size} elements (oob_mode=error); pass oob_mode=nisa.oob_mode.skip "
-                              "to skip such elements", loc=ins.loc)
+        bad = int(addr[~inside].reshape(-1)[0])
+        raise index_fault(bad, whole.size, ins.loc, f"dma_copy: an indirect {side} address falls outside the "
+                          "tensor (oob_mode=error); pass oob_mode=nisa.oob_mode.skip to skip such elements")
     if gather:
         out = dst["dst"]
         picked = whole[np.where(inside, addr, 0)].reshape(out.shape)
@@ -72,6 +74,14 @@ def _execute(ins, src, dst, ctx):
         if out.dtype != whole.dtype:
             picked = f32(picked).astype(out.dtype)
         out[keep] = picked[keep]
+    elif ins.attrs.get("dst_rmw_op"):
+        where, values = addr[inside], f32(src["src"]).reshape(addr.shape)[inside]
+        touched, back = np.unique(where, return_inverse=True)
+        acc = f32(whole[touched]).copy()
+        np.add.at(acc, back, values)
+        tmp = np.empty(touched.shape, whole.dtype)
+        store(tmp, acc)
+        whole[touched] = tmp
     else:
         values = src["src"].reshape(addr.shape)
         if values.dtype != whole.dtype:
@@ -89,6 +99,13 @@ def _rules(ins, program, target):
         if spec.buffer == "psum":
             raise fail("dma-buffer", "DMA cannot access PSUM; copy PSUM to SBUF with nisa.tensor_copy first",
                        ins, program, role, ap)
+    rmw = ins.attrs.get("dst_rmw_op")
+    if rmw and (rmw != "add" or "table" not in ins.dst):
+        raise fail("dma-rmw-op", f"dst_rmw_op {rmw!r}: a DMA read-modify-write adds (np.add / nl.add) into its "
+                   "destination", ins, program, "table" if "table" in ins.dst else "dst")
+    if rmw and ins.attrs.get("oob", "error") != "error":
+        raise fail("dma-rmw-op", "dst_rmw_op allows only oob_mode=oob_mode.error (the DMA page)", ins, program,
+                   "table")
     n = math.prod(int(s) for _, s in ins.attrs["pattern"])
     if n != plain.size:
         raise fail("dma-size", f"the indirect access pattern has {n} elements, the {plain_role} {plain.size}; "

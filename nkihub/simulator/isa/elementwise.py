@@ -58,15 +58,20 @@ def _apply(op: str, a, b, reverse: bool):
 
 
 def _reduce_into(ins, src, dst, y):
-    """Shared by activation and tensor_scalar_reduce: the free-axis reduction of a result into
-    ``reduce_res`` ([P, 1]); ``reduce_cmd='reduce'`` keeps accumulating onto its contents."""
-    if "reduce_res" not in dst:
+    """Shared by activation, tensor_scalar_reduce and the selects: the free-axis reduction of a result
+    into ``reduce_res`` ([P, 1]). With the engine's accumulator registers as operand ``acc`` ([P, 1]),
+    ``reduce_cmd='reduce'`` folds the result into them (else they restart from it) and ``reduce_res``
+    receives them; without, ``reduce`` keeps accumulating onto reduce_res's contents."""
+    if "reduce_res" not in dst and "acc" not in dst:
         return
     op = ins.attrs.get("reduce_op", "add")
     r = alu.reduce(op, y.reshape(y.shape[0], -1), axis=1, keepdims=True)
     if ins.attrs.get("reduce_cmd") == "reduce":
-        r = alu.alu(alu.reduce_name(op))(f32(dst["reduce_res"]).reshape(r.shape), r)
-    store(dst["reduce_res"], r.reshape(dst["reduce_res"].shape))
+        prev = src["acc"] if "acc" in dst else dst["reduce_res"]
+        r = alu.alu(alu.reduce_name(op))(f32(prev).reshape(r.shape), r)
+    for role in ("acc", "reduce_res"):
+        if role in dst:
+            store(dst[role], r.reshape(dst[role].shape))
 
 
 def reduce_into_step(ins, src, dst, sc, slot: int):

@@ -17,6 +17,29 @@ def _free(ap) -> int:
     return ap.size // max(1, partitions(ap))
 
 
+FP8 = frozenset({"float8_e4m3", "float8_e5m2", "float8_e4m3fn"})
+
+
+def double_row(ins) -> bool:
+    """FP8 double-row mode: two contraction rows per partition (operands [K, 2, F])."""
+    return ins.attrs.get("perf_mode") in ("double_row", "double_row_gen3")
+
+
+def _double_row_rules(ins, program, target):
+    """The matmul_perf_mode page: "Double FP8 mode ... by packing two FP8 weight/ifmap element pairs",
+    on NeuronCore-v3 and newer; operands [K, 2, M] and [K, 2, N]."""
+    if not target.fp8_double_row:
+        raise fail("matmul-perf-mode", f"double_row performance mode needs NeuronCore-v3 or newer, not "
+                   f"{target.name}", ins, program, "moving")
+    for role in ("stationary", "moving"):
+        ap = ins.src[role]
+        if program.tensor_of(ap).dtype not in FP8:
+            raise fail("matmul-perf-mode", "double_row performance mode takes fp8 inputs", ins, program, role)
+        if len(ap.shape) < 3 or ap.shape[1] != 2:
+            raise fail("matmul-perf-mode", f"double_row operands hold two rows per partition: shape [K, 2, F], "
+                       f"got {ap.shape}", ins, program, role)
+
+
 def _matmul_rules(ins, program, target):
     st, mv, dst = ins.src["stationary"], ins.src["moving"], ins.dst["dst"]
     for role in ("stationary", "moving"):
@@ -37,19 +60,22 @@ def _matmul_rules(ins, program, target):
     if len(fp32) == 2:
         raise fail("matmul-dtype", "if one matmul input is float32 the other must be float32 too",
                    ins, program, "moving")
+    pair = 2 if double_row(ins) else 1
+    if pair == 2:
+        _double_row_rules(ins, program, target)
     if partitions(st) != partitions(mv):
         raise fail("matmul-contraction", f"the contraction (partition) dims differ: stationary has "
                    f"{partitions(st)}, moving has {partitions(mv)}", ins, program, "moving")
-    if _free(st) > target.stationary_fmax:
-        raise fail("matmul-stationary-size", f"the stationary free size is {_free(st)}; at most "
+    if _free(st) // pair > target.stationary_fmax:
+        raise fail("matmul-stationary-size", f"the stationary free size is {_free(st) // pair}; at most "
                    f"{target.stationary_fmax}", ins, program, "stationary")
     moving_max = target.moving_fmax_fp32 if dspec.dtype == "float32" else 2 * target.moving_fmax_fp32
     moving_max = max(target.moving_fmax, moving_max) if target.psum_bf16_allowed else target.moving_fmax
-    if _free(mv) > moving_max:
-        raise fail("matmul-moving-size", f"the moving free size is {_free(mv)}; at most {moving_max}",
+    if _free(mv) // pair > moving_max:
+        raise fail("matmul-moving-size", f"the moving free size is {_free(mv) // pair}; at most {moving_max}",
                    ins, program, "moving")
-    if partitions(dst) != _free(st) or _free(dst) != _free(mv):
-        raise fail("matmul-output-shape", f"the output must be [{_free(st)}, {_free(mv)}] "
+    if partitions(dst) != _free(st) // pair or _free(dst) != _free(mv) // pair:
+        raise fail("matmul-output-shape", f"the output must be [{_free(st) // pair}, {_free(mv) // pair}] "
                    "(stationary free x moving free)", ins, program, "dst")
     # One accumulation group lives in one PSUM bank (v2/v3; v4 may span all banks).
     if not target.psum_bf16_allowed:
@@ -66,7 +92,7 @@ def _matmul(ins, src, dst, ctx):
     """dst = stationary.T @ moving on the Tensor Engine: inputs from SBUF, fp32 accumulation in PSUM.
     With ``accumulate`` the product is added to the PSUM contents, else it overwrites them."""
     st, mv, out = src["stationary"], src["moving"], dst["dst"]
-    k = st.shape[0]
+    k = st.shape[0] * (2 if double_row(ins) else 1)   # double_row: rows (partition, pair) are contracted
     res = f32(st).reshape(k, -1).T @ f32(mv).reshape(k, -1)
     if ins.attrs.get("accumulate"):
         res = f32(out).reshape(res.shape) + res
@@ -82,6 +108,8 @@ def _matmul_bind(ins, src, dst, sc):
     """``_matmul`` for k stacked matmuls: one np.matmul over the stack (numpy runs one BLAS GEMM per
     matrix, with the strides and transposition flags each single matmul would pass)."""
     understands(ins, *MATMUL_ATTRS)
+    if double_row(ins):
+        raise NoBind("double_row: two contraction rows per partition")
     st, mv, out = src["stationary"], src["moving"], dst["dst"]
     if out.dtype != F32:
         raise NoBind("a bf16 PSUM output")

@@ -87,10 +87,17 @@ register("nc_stream_shuffle", engines={"vector"}, execute=_shuffle,
          reads_dst=lambda ins: SHUFFLE_SKIP in ins.attrs["shuffle_mask"], taint=_shuffle_taint)
 
 
+def default_transpose_axes(ndim: int) -> list[int]:
+    """dma_transpose's permutation when ``axes`` is not given (the dma_transpose page): [1, 0] for 2-d,
+    [2, 1, 0] for 3-d, [3, 1, 2, 0] for 4-d (the first and last dims swap, the middle two stay)."""
+    return [3, 1, 2, 0] if ndim == 4 else list(reversed(range(ndim)))
+
+
 def _dma_transpose(ins, src, dst, ctx):
-    """dst = src with its axes permuted by ``axes`` (default: reversed), through a DMA queue."""
+    """dst = src with its axes permuted by ``axes`` (default: ``default_transpose_axes``), through a DMA
+    queue."""
     s, out = src["src"], dst["dst"]
-    axes = ins.attrs.get("axes") or list(reversed(range(s.ndim)))
+    axes = ins.attrs.get("axes") or default_transpose_axes(s.ndim)
     t = np.transpose(s, axes)
     if s.dtype == out.dtype:
         out[...] = t.reshape(out.shape)
@@ -101,7 +108,7 @@ def _dma_transpose(ins, src, dst, ctx):
 def _dma_transpose_rules(ins, program, target):
     _dma_rules(ins, program, target)
     s, d = ins.src["src"], ins.dst["dst"]
-    axes = ins.attrs.get("axes") or list(reversed(range(len(s.shape))))
+    axes = ins.attrs.get("axes") or default_transpose_axes(len(s.shape))
     if sorted(axes) != list(range(len(s.shape))):
         raise fail("transpose-axes", f"axes {axes} is not a permutation of the src's {len(s.shape)} dims",
                    ins, program, "src")

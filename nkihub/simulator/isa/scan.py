@@ -84,10 +84,12 @@ def _cumulative_rules(ins, program, target):
     if ins.attrs.get("op1") not in CUMULATIVE_START:
         raise fail("cumulative-op", f"op1 must be one of {', '.join(CUMULATIVE_START)}", ins, program, "dst")
     cmd = ins.attrs.get("reduce_cmd", "reset_reduce")
-    if cmd not in ("reset_reduce", "load_reduce"):
-        raise fail("reduce-cmd", f"reduce_cmd {cmd!r}: continuing the engine's accumulator from an earlier "
-                   "instruction is not modelled; use load_reduce with imm1 = the last value of that result",
-                   ins, program, "dst")
+    if cmd not in ("reset_reduce", "load_reduce", "reduce"):
+        raise fail("reduce-cmd", f"reduce_cmd {cmd!r}: tensor_scalar_cumulative takes reset_reduce, "
+                   "load_reduce or reduce", ins, program, "dst")
+    if cmd == "reduce" and "acc" not in ins.src:
+        raise fail("reduce-cmd", "reduce_cmd reduce continues the Vector Engine's accumulator: the "
+                   "instruction must read it (operand 'acc')", ins, program, "dst")
     for role, ap in (*ins.src.items(), *ins.dst.items()):
         if program.tensor_of(ap).dtype in ("int32", "uint32"):
             raise fail("dtype", "int32/uint32 are not supported by tensor_scalar_cumulative", ins, program, role)
@@ -95,14 +97,18 @@ def _cumulative_rules(ins, program, target):
 
 def _cumulative(ins, src, dst, ctx):
     """dst[:, i] = reg = op1(op0(src[:, i], imm0), reg) along the flattened free axis of each partition;
-    reg starts at op1's identity (reset_reduce) or at imm1 (load_reduce, an immediate or a [P, 1] column)."""
+    reg starts at op1's identity (reset_reduce), at imm1 (load_reduce, an immediate or a [P, 1] column) or at
+    the accumulator registers ``acc`` [P, 1] (reduce); the last reg is left in ``acc``."""
     out = dst["dst"]
     p = out.shape[0]
     x = fit(f32(src["src"]), out.shape).reshape(p, -1)
     imm0 = operand(ins, src, "imm0")
     imm0 = np.asarray(imm0, np.float32).reshape(-1, 1) if np.ndim(imm0) else imm0
     op0, op1 = alu.alu(ins.attrs["op0"]), alu.alu(ins.attrs["op1"])
-    if ins.attrs.get("reduce_cmd", "reset_reduce") == "load_reduce":
+    cmd = ins.attrs.get("reduce_cmd", "reset_reduce")
+    if cmd == "reduce":
+        reg = f32(src["acc"]).reshape(p, 1)
+    elif cmd == "load_reduce":
         start = operand(ins, src, "imm1", 0.0)
         reg = np.broadcast_to(np.asarray(start, np.float32).reshape(-1, 1) if np.ndim(start) else start, (p, 1))
     else:
@@ -113,10 +119,12 @@ def _cumulative(ins, src, dst, ctx):
         reg = op1(y[:, i:i + 1], reg)
         res[:, i:i + 1] = reg
     store(out, res.reshape(out.shape))
+    if "acc" in dst:
+        store(dst["acc"], np.broadcast_to(reg, (p, 1)).reshape(dst["acc"].shape))
 
 
 register("tensor_scalar_cumulative", rows=True, engines={"vector"}, execute=_cumulative,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 1),
-         rules=COMPUTE_RULES + (same_partitions("dst", "src", "imm0", "imm1"), same_free_size("dst", "src"),
-                                _cumulative_rules),
+         rules=COMPUTE_RULES + (same_partitions("dst", "src", "imm0", "imm1", "acc"),
+                                same_free_size("dst", "src"), _cumulative_rules),
          categories={ELEMENTWISE})

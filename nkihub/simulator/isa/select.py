@@ -34,7 +34,7 @@ def _select_reduce(ins, src, dst, ctx):
 
 register("select_reduce", rows=True, engines={"vector"}, execute=_select_reduce,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 2),
-         rules=COMPUTE_RULES + (same_partitions("dst", "predicate", "on_true", "on_false"),
+         rules=COMPUTE_RULES + (same_partitions("dst", "predicate", "on_true", "on_false", "acc"),
                                 same_free_size("dst", "on_true"), same_free_size("dst", "predicate"), _act_rules),
          categories={ELEMENTWISE, REDUCE}, reads_dst=reduce_res_read)
 
@@ -64,7 +64,7 @@ def _range_select(ins, src, dst, ctx):
 
 register("range_select", rows=True, engines={"vector"}, execute=_range_select,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 1),
-         rules=COMPUTE_RULES + (same_partitions("dst", "on_true_tile", "bound0", "bound1"),
+         rules=COMPUTE_RULES + (same_partitions("dst", "on_true_tile", "bound0", "bound1", "acc"),
                                 same_free_size("dst", "on_true_tile"), _act_rules, _gen3_only),
          categories={ELEMENTWISE, REDUCE}, reads_dst=reduce_res_read)
 

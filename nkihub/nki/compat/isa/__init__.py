@@ -57,12 +57,16 @@ def _free(t) -> int:
 
 
 def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
-              tile_position=(), tile_size=(), mask=None, **kwargs):
-    """stationary[K, M].T @ moving[K, N] into a new fp32 PSUM tile [M, N] (accumulate with ``+=``)."""
-    out = _nl.ndarray((_free(stationary), _free(moving)), np.float32, buffer=_nl.psum, name="matmul")
+              tile_position=(), tile_size=(), perf_mode=None, mask=None, **kwargs):
+    """stationary[K, M].T @ moving[K, N] into a new fp32 PSUM tile [M, N] (accumulate with ``+=``);
+    ``perf_mode="double_row_gen3"``: fp8 operands [K, 2, M] and [K, 2, N] contracted over 2K rows."""
+    pair = 2 if perf_mode is not None and _nisa._cmd(perf_mode) in ("double_row", "double_row_gen3") else 1
+    out = _nl.ndarray((_free(stationary) // pair, _free(moving) // pair), np.float32, buffer=_nl.psum,
+                      name="matmul")
+    extra = {"perf_mode": perf_mode} if perf_mode is not None else {}
     return _emit(_nisa.nc_matmul, out, mask, stationary, moving, is_stationary_onezero=is_stationary_onezero,
                  is_moving_onezero=is_moving_onezero, is_transpose=is_transpose, accumulate=False,
-                 tile_position=tile_position, tile_size=tile_size)
+                 tile_position=tile_position, tile_size=tile_size, **extra)
 
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
@@ -144,6 +148,13 @@ def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0
     out = _new(data.shape, dtype, data, name="tensor_scalar_reduce")
     return _emit(_nisa.tensor_scalar_reduce, out, mask, data, op0, operand0, reduce_op, reduce_res=reduce_res,
                  reverse0=reverse0)
+
+
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=reduce_cmd.reset_reduce, *, mask=None,
+                             **kwargs):
+    """dst = the running op1-accumulation of op0(src, imm0) along the free axis, in place (dst is given
+    in this dialect too); see ``nki.isa.tensor_scalar_cumulative``."""
+    return _emit(_nisa.tensor_scalar_cumulative, dst, mask, src, op0, op1, imm0, imm1=imm1, reduce_cmd=reduce_cmd)
 
 
 def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
@@ -228,16 +239,18 @@ def bn_aggr(data, *, mask=None, dtype=None, **kwargs):
 
 
 def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown):
-    """dst = src through a DMA queue (``dst_rmw_op`` is not supported)."""
-    if dst_rmw_op is not None:
-        raise not_simulated("neuronxcc.nki.isa.dma_copy(dst_rmw_op=...)", "read-modify-write DMAs")
+    """dst = src through a DMA queue; ``dst_rmw_op=np.add`` adds into dst; one side may be indexed by a
+    tile of indices (``t[idx_tile, i_f]``), its out-of-bounds rows handled by ``oob_mode``."""
     ranges = _ranges(mask)
-    _nisa.dma_copy(dst=_r(dst, ranges), src=_r(src, ranges), dge_mode=dge_mode)
+    _nisa.dma_copy(dst=_r(dst, ranges), src=_r(src, ranges), oob_mode=oob_mode, dge_mode=dge_mode,
+                   dst_rmw_op=dst_rmw_op)
 
 
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
-    """src with its axes permuted (default reversed) into a new SBUF tile, through DMA."""
-    order = list(axes) if axes else list(reversed(range(src.ndim)))
+    """src with its axes permuted (default: [1, 0], [2, 1, 0] or [3, 1, 2, 0] by rank) into a new SBUF
+    tile, through DMA."""
+    from nkihub.simulator.isa.partition import default_transpose_axes
+    order = list(axes) if axes else default_transpose_axes(src.ndim)
     out = _nl.ndarray(tuple(src.shape[a] for a in order), dtype or src.dtype, buffer=_nl.sbuf, name="dma_t")
     return _emit(_nisa.dma_transpose, out, mask, src, axes=axes)
 
@@ -270,6 +283,10 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs
 
 from nkihub.nki.compat.extra import (builtin_custom_op, local_gather, sequence_bounds, tensor_copy_dynamic_dst,  # noqa: E402,F401
                               tensor_copy_dynamic_src)
+
+from nkihub.nki.compat import masks as _masks  # noqa: E402
+
+_masks.wrap_module(globals())   # mask=True / mask=False constants
 
 from nkihub.nki import unsupported as _unsupported  # noqa: E402
 
