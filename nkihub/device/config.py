@@ -1,0 +1,28 @@
+"""Configuration of the emulated device, read from the environment when asked, never at import.
+
+- ``NKIHUB_EMULATE_NEURON``: ``1`` turns the emulation on when torch is imported (torch's device-backend
+  autoload runs nkihub's entry point; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` disables all such hooks).
+- ``NKIHUB_NEURON_DEVICE_COUNT``: how many NeuronCores to emulate (default 1; e.g. 2 as on a trn1.2xlarge).
+"""
+from __future__ import annotations
+
+import os
+
+_TRUE = {"1", "on", "yes", "true"}
+
+
+def emulate_requested() -> bool:
+    """True when NKIHUB_EMULATE_NEURON asks for the emulated device."""
+    return os.environ.get("NKIHUB_EMULATE_NEURON", "").strip().lower() in _TRUE
+
+
+def device_count() -> int:
+    """NKIHUB_NEURON_DEVICE_COUNT, default 1; ValueError when it is not a positive integer."""
+    value = os.environ.get("NKIHUB_NEURON_DEVICE_COUNT", "").strip() or "1"
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"NKIHUB_NEURON_DEVICE_COUNT: a positive number of NeuronCores, got {value!r}")
+    return count
