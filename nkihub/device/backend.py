@@ -307,6 +307,27 @@ def _cpu_kernels_over_composites():
             yield name.split("::", 1)[1], op
 
 
+def _conv_backward_args(grad_output, input, weight, stride, padding, dilation, transposed, output_padding,
+                        groups, output_mask):
+    bias_sizes = [weight.shape[1] * groups if transposed else weight.shape[0]]
+    return (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
+            output_mask)
+
+
+# Ops aten leaves to "other" devices ("overrideable": their default kernel raises), run as the CPU's op
+_TRANSLATED = {
+    "convolution_overrideable": (_aten.convolution.default, lambda *args: args),
+    "convolution_backward_overrideable": (_aten.convolution_backward.default, _conv_backward_args),
+}
+
+
+def _translated(op, arguments):
+    def kernel(*args, **kwargs):
+        return fallback(op, *arguments(*args, **kwargs))
+
+    return kernel
+
+
 def _bound(op):
     def kernel(*args, **kwargs):
         return fallback(op, *args, **kwargs)
@@ -325,3 +346,5 @@ def install(state) -> None:
         _direct = torch.library.Library("aten", "IMPL")
         for name, op in _cpu_kernels_over_composites():
             _direct.impl(name, _bound(op), "PrivateUse1")
+        for name, (op, arguments) in _TRANSLATED.items():
+            _direct.impl(name, _translated(op, arguments), "PrivateUse1")

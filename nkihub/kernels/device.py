@@ -136,11 +136,11 @@ def backend_of(tensors) -> str:
     kinds = {t.device.type for t in tensors}
     if not kinds or kinds == {"cpu"}:
         return SIMULATOR
+    if NEURON in kinds and kinds <= {"cpu", NEURON} and emulated():
+        return SIMULATOR   # the emulated device's tensors are host memory: the kernel runs on the simulator
     if len(kinds) > 1:
         raise ValueError(f"tensors: kernel inputs must share one device, got {sorted(kinds)}")
     kind = kinds.pop()
-    if kind == NEURON and emulated():
-        return SIMULATOR   # the emulated device's tensors are host memory: the kernel runs on the simulator
     if kind == NEURON or (kind == "privateuseone" and neuron_available()):
         return NEURON
     if kind == "xla":
