@@ -22,11 +22,13 @@ from .host import to_host
 NAME = "neuron"
 # ProcessGroup methods forwarded to gloo, every tensor argument (at any list depth) as a host view
 _FORWARDED = (
-    "allreduce", "allreduce_coalesced", "allgather", "_allgather_base", "allgather_coalesced",
-    "allgather_into_tensor_coalesced", "broadcast", "reduce", "reduce_scatter", "_reduce_scatter_base",
-    "reduce_scatter_tensor_coalesced", "alltoall", "alltoall_base", "gather", "scatter", "send", "recv",
-    "recv_anysource", "barrier", "monitored_barrier",
+    "allreduce", "allreduce_coalesced", "allgather", "_allgather_base", "allgather_coalesced", "broadcast",
+    "reduce", "reduce_scatter", "_reduce_scatter_base", "alltoall", "alltoall_base", "gather", "scatter", "send",
+    "recv", "recv_anysource", "barrier", "monitored_barrier",
 )
+# tensor-list collectives gloo has no binding for: one call of the single-tensor collective per pair
+_COALESCED = {"allgather_into_tensor_coalesced": "_allgather_base",
+              "reduce_scatter_tensor_coalesced": "_reduce_scatter_base"}
 
 
 def _host(a):
@@ -45,12 +47,30 @@ def _forward(name: str):
     return method
 
 
+def _coalesced(name: str, single: str):
+    def method(self, outputs, inputs, opts):
+        from torch._C._distributed_c10d import _create_work_from_future
+
+        for out, inp in zip(outputs, inputs):
+            getattr(self._gloo, single)(_host(out), _host(inp), opts).wait()
+        done = torch.futures.Future()
+        done.set_result(outputs)
+        return _create_work_from_future(done)
+
+    method.__name__ = name
+    return method
+
+
 class NeuronProcessGroup(dist.ProcessGroup):
     """A process group over the emulated NeuronCores of several processes, staged through gloo."""
 
     def __init__(self, store, rank: int, size: int, timeout):
         super().__init__(rank, size)
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        # c10d keeps a process group's name on its backends: gloo holds it (and serves the C++ paths that
+        # ask a device's backend directly); the collectives themselves come through the methods below
+        for device in ("cpu", NAME):
+            self._register_backend(torch.device(device), dist.ProcessGroup.BackendType.GLOO, self._gloo)
 
     def getBackendName(self) -> str:  # noqa: N802  (c10d's name)
         return NAME
@@ -65,6 +85,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
 for _name in _FORWARDED:
     setattr(NeuronProcessGroup, _name, _forward(_name))
+for _name, _single in _COALESCED.items():
+    setattr(NeuronProcessGroup, _name, _coalesced(_name, _single))
 
 
 def _create(store, rank, size, timeout):
