@@ -1,7 +1,7 @@
-"""torch's device-backend autoload hook (entry point group ``torch.backends``): runs at the end of every
-``import torch`` in an environment where nkihub is installed, and turns the emulated ``neuron`` device on
-only when ``NKIHUB_EMULATE_NEURON=1``; otherwise it does nothing (and imports nothing but this module), so
-the default is unchanged. An unmodified script then runs its Trainium code path with
+"""torch's device-backend autoload, second half: ``nkihub._torch_autoload`` (the entry point of group
+``torch.backends``, run at the end of every ``import torch``) comes here only when ``NKIHUB_EMULATE_NEURON``
+is set, and this turns the emulated ``neuron`` device on when its value asks for it; otherwise nothing is
+imported and the default is unchanged. An unmodified script then runs its Trainium code path with
 ``NKIHUB_EMULATE_NEURON=1 python train.py``."""
 from __future__ import annotations
 

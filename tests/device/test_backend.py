@@ -8,13 +8,14 @@ import json
 
 def test_off_by_default_nothing_changes(run_python):
     out = run_python("""
-        import torch, json
+        import sys, json, torch
+        untouched = "nkihub.device" not in sys.modules   # torch's autoload hook imported nothing of it
         import nkihub.device
-        print(json.dumps([hasattr(torch, "neuron"), torch._C._get_privateuse1_backend_name(),
+        print(json.dumps([untouched, hasattr(torch, "neuron"), torch._C._get_privateuse1_backend_name(),
                           nkihub.device.emulated()]))
     """)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == [False, "privateuseone", False]
+    assert json.loads(out.stdout) == [True, False, "privateuseone", False]
 
 
 def test_env_var_turns_it_on_at_import_torch(run_python):
