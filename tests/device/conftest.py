@@ -35,3 +35,20 @@ def emulated():
 def run_python():
     """Run ``code`` in a fresh interpreter (emulation variables unset unless given in ``env``)."""
     return _run_python
+
+
+@pytest.fixture
+def publish_library(kernels_env):
+    """Publish in-tree library kernels (``"neuron/vit-attn"`` ...) to the test's local Hub; returns the hub.
+    A child process inherits the Hub's environment (HF_ENDPOINT, KERNELS_CACHE) from os.environ."""
+    import importlib
+
+    from nkihub.kernels.library import LIBRARY
+    from nkihub.kernels.publish import publish
+
+    def run(*repos):
+        for repo in repos:
+            publish(os.path.dirname(importlib.import_module(LIBRARY[repo]).__file__), repo)
+        return kernels_env
+
+    return run

@@ -5,9 +5,7 @@ with ``model.to("neuron")`` or loaded with ``device_map="neuron"`` match the CPU
 and return neuron tensors."""
 from __future__ import annotations
 
-import importlib
 import json
-import os
 
 import pytest
 
@@ -60,17 +58,8 @@ print(json.dumps(r))
     assert r["device_map"][0] == "neuron:0" and r["device_map"][1] < 1e-5
 
 
-@pytest.fixture
-def published(kernels_env):
-    from nkihub.kernels.library import LIBRARY
-    from nkihub.kernels.publish import publish
-
-    for repo in ("neuron/vit-attn", "neuron/rmsnorm"):
-        publish(os.path.dirname(importlib.import_module(LIBRARY[repo]).__file__), repo)
-    return kernels_env
-
-
-def test_hugging_face_kernels_on_neuron(emulated, published, tmp_path):
+def test_hugging_face_kernels_on_neuron(emulated, publish_library, tmp_path):
+    publish_library("neuron/vit-attn", "neuron/rmsnorm")
     out = emulated(CONFIGS + """
 import json
 from pathlib import Path
