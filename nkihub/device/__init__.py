@@ -5,7 +5,8 @@
     x = torch.randn(4, 4, device="neuron")       # host memory, every aten op by the CPU kernels
     model.to("neuron"); torch.neuron.device_count(); torch.compile(model, backend="neuron")
 
-PyTorch's PrivateUse1 backend renamed ``neuron``, in pure Python (no compiler needed): a boxed fallback
+PyTorch's PrivateUse1 backend renamed ``neuron``, in Python (a compiler is optional: only the device guard
+C++ asks for the current core is C++, :mod:`nkihub.device.native`): a boxed fallback
 runs every aten op on host views of the tensors (:mod:`nkihub.device.backend`), ``torch.neuron`` answers
 the ``torch.cuda``-like calls (:mod:`nkihub.device.torch_module`), NKI kernels on neuron tensors run on the
 simulator and return neuron tensors, each call logged with its cost-model estimate (``kernel_log()``),
@@ -25,14 +26,18 @@ class EmulationError(RuntimeError):
     """The emulated neuron device cannot be turned on here (the message says why)."""
 
 
-def emulate(device_count: int | None = None):
+def emulate(device_count: int | None = None, native_guard: bool | None = None):
     """Turn the emulated ``neuron`` device on in this process (idempotent; a second call may change
     ``device_count``). ``device_count``: NeuronCores to emulate, default ``NKIHUB_NEURON_DEVICE_COUNT``
-    or 1. Returns the ``torch.neuron`` module. Raises :class:`EmulationError` where torch_neuronx is
-    installed or another backend already owns PrivateUse1. Process-global: it cannot be turned off."""
+    or 1. ``native_guard``: use the small C++ device guard (:mod:`nkihub.device.native`, built once;
+    needs a C++ compiler and ninja) so C++ sees the current core and the core count: True requires it,
+    False never builds it, None (default, ``NKIHUB_NEURON_NATIVE_GUARD``) uses it when it builds. Returns the
+    ``torch.neuron`` module. Raises :class:`EmulationError` where torch_neuronx is installed, another
+    backend already owns PrivateUse1, or a required native guard cannot be built. Process-global: it cannot
+    be turned off."""
     from nkihub.device.emulation import emulate as _emulate
 
-    return _emulate(device_count)
+    return _emulate(device_count, native_guard)
 
 
 def emulated() -> bool:

@@ -19,7 +19,10 @@ so device bugs in the code under test show up here rather than on the first Trai
 """
 from __future__ import annotations
 
+import atexit
 import math
+import threading
+import time
 
 import torch
 
@@ -55,10 +58,23 @@ class _Plan:
 
 
 _PLANS: dict = {}
+_MAIN_THREAD = threading.main_thread().ident
+_off_main = []
+
+
+def _ran_off_the_main_thread() -> None:
+    """Autograd runs a device's backward on a thread of its own, which may drop its last reference to the
+    graph task (and a Python object the task holds) an instant after ``backward()`` returned: if Python is
+    already finalising, that thread is killed mid-C++ and the process aborts. Once such a thread has run
+    an op, give it that instant at exit."""
+    _off_main.append(True)
+    atexit.register(time.sleep, 0.05)
 
 
 def fallback(op, *args, **kwargs):
     """The PrivateUse1 kernel of every aten op without one of its own."""
+    if threading.get_ident() != _MAIN_THREAD and not _off_main:
+        _ran_off_the_main_thread()
     plan = _PLANS.get(op)
     if plan is None:
         plan = _PLANS[op] = _Plan(op)

@@ -31,17 +31,36 @@ def _refuse_where_neuron_exists(torch) -> None:
                              "is not nkihub's emulation")
 
 
-def emulate(device_count: int | None = None):
+def _native_guard(required):
+    """The C++ guard, or None: ``required`` True raises where it cannot be built, None (auto) warns."""
+    if required is False:
+        return None
+    from nkihub.device import native
+
+    try:
+        return native.load()
+    except EmulationError as exc:
+        if required:
+            raise
+        import warnings
+
+        warnings.warn(f"{exc} Using the pure-Python device guard.", RuntimeWarning, stacklevel=3)
+        return None
+
+
+def emulate(device_count: int | None = None, native_guard: bool | None = None):
     """See :func:`nkihub.device.emulate`."""
     global _state
     import torch
 
     count = config.device_count() if device_count is None else device_count
+    required = config.native_guard() if native_guard is None else native_guard
     with _lock:
         if _state is not None:
             _state.resize(count)
             return torch.neuron
         _refuse_where_neuron_exists(torch)
+        guard = _native_guard(required)   # first: a refusal leaves the process as it was
         from nkihub.device import autocast, backend, torch_module
         from nkihub.device.state import State
 
@@ -52,7 +71,10 @@ def emulate(device_count: int | None = None):
         torch_module._state = state
         torch._register_device_module("neuron", torch_module.build())
         torch._C._acc.register_python_privateuseone_hook(_hooks(torch))
-        torch._C._acc.register_python_privateuseone_device_guard(_guard(torch))
+        if guard is not None:
+            state.use_native(guard)
+        else:
+            torch._C._acc.register_python_privateuseone_device_guard(_guard(torch))
         backend.install(state)
         autocast.install()
         _state = state

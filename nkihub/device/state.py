@@ -29,8 +29,26 @@ class State:
     def __init__(self, count: int):
         self._lock = threading.Lock()
         self.cores: list[Core] = []
-        self.current = 0
+        self._current = 0
+        self.native = None   # the C++ device guard (nkihub.device.native), when it is used
         self.resize(count)
+
+    @property
+    def current(self) -> int:
+        """The current core: the C++ guard's (per thread, as CUDA's) when it is used, else this process's."""
+        return self.native.current if self.native is not None else self._current
+
+    @current.setter
+    def current(self, index: int) -> None:
+        if self.native is not None:
+            self.native.current = index
+        self._current = index
+
+    def use_native(self, native) -> None:
+        """Hand the current core and the core count to the C++ guard ``native`` (and install it)."""
+        native.install(self.count)
+        native.current = self._current
+        self.native = native
 
     @property
     def count(self) -> int:
@@ -43,6 +61,8 @@ class State:
         with self._lock:
             del self.cores[count:]
             self.cores += [Core() for _ in range(count - len(self.cores))]
+            if self.native is not None:
+                self.native.set_count(count)
             self.current = min(self.current, count - 1)
 
     def index(self, device=None) -> int:
