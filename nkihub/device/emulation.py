@@ -75,6 +75,7 @@ def emulate(device_count: int | None = None, native_guard: bool | None = None):
             state.use_native(guard)
         else:
             torch._C._acc.register_python_privateuseone_device_guard(_guard(torch))
+            _storages_to_neuron_through_tensors(torch)
         backend.install(state)
         autocast.install()
         _state = state
@@ -83,6 +84,24 @@ def emulate(device_count: int | None = None, native_guard: bool | None = None):
     compile_backend.register()
     distributed.register()
     return torch.neuron
+
+
+def _storages_to_neuron_through_tensors(torch) -> None:
+    """Without the C++ allocator no allocator exists for PrivateUse1, and torch's ``storage.to(device)``
+    (what ``torch.load`` onto the device uses) would make a storage with it and crash; route a move to the
+    neuron device through a tensor, which the fallback allocates."""
+    import torch.storage as storages
+
+    original = storages._to
+
+    def _to(self, device, non_blocking=False):
+        if getattr(device, "type", None) == "neuron" and self.device != device:
+            moved = torch.empty(self.nbytes(), dtype=torch.uint8, device=device).untyped_storage()
+            moved.copy_(self, non_blocking)
+            return moved
+        return original(self, device, non_blocking)
+
+    storages._to = _to
 
 
 def _hooks(torch):

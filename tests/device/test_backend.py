@@ -143,3 +143,22 @@ def test_autocast_runs_matmuls_in_bf16(emulated):
         print(y.dtype, s.dtype)
     """)
     assert out.split() == ["torch.bfloat16", "torch.float32"]
+
+
+def test_save_and_load_onto_the_device(emulated):
+    out = emulated("""
+        import io
+        x = torch.arange(6.0).reshape(2, 3).neuron()
+        buf = io.BytesIO()
+        torch.save({"x": x, "view": x[:, 1:]}, buf)
+        buf.seek(0)
+        back = torch.load(buf)
+        buf.seek(0)
+        on_cpu = torch.load(buf, map_location="cpu")
+        buf = io.BytesIO()
+        torch.save(torch.ones(3), buf)
+        buf.seek(0)
+        mapped = torch.load(buf, map_location="neuron:1")
+        print(back["x"].device, back["view"].tolist(), on_cpu["x"].device, mapped.device, mapped.sum().item())
+    """, device_count=2)
+    assert out.split() == ["neuron:0", "[[1.0,", "2.0],", "[4.0,", "5.0]]", "cpu", "neuron:1", "3.0"]

@@ -1,5 +1,5 @@
-"""The optional C++ device guard: with it, C++ resolves a bare "neuron" to the current core and autograd
-runs a backward on any emulated core; without a compiler, requiring it is a clear error and the default
+"""The optional C++ part (device guard and allocator): with it, C++ resolves a bare "neuron" to the current
+core, autograd runs a backward on any emulated core and C++ can allocate neuron storages; without a compiler, requiring it is a clear error and the default
 falls back to the pure-Python guard with a warning."""
 from __future__ import annotations
 
@@ -28,12 +28,15 @@ def test_native_guard_follows_set_device(run_python):
         a = torch.randn(3, device="neuron:1", requires_grad=True)
         (a * a).sum().backward()
         r["grad"] = [str(a.grad.device), torch.equal(a.grad.cpu(), 2 * a.detach().cpu())]
+        torch.neuron.set_device(1)
+        storage = torch.UntypedStorage(16, device="neuron")   # C++ allocates it: the native allocator
+        r["storage"] = [str(storage.device), storage.nbytes()]
         print(json.dumps(r))
     """)
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout)
     assert r == {"to": "neuron:1", "module": "neuron:1", "accelerator": [2, 1], "set_by_accelerator": 0,
-                 "in_ctx": "neuron:1", "grad": ["neuron:1", True]}
+                 "in_ctx": "neuron:1", "grad": ["neuron:1", True], "storage": ["neuron:1", 16]}
 
 
 def test_without_a_compiler(run_python):

@@ -1,10 +1,12 @@
-"""The optional C++ device guard of the emulated device (``emulate(native_guard=True)`` or
-``NKIHUB_NEURON_NATIVE_GUARD=1``).
+"""The optional C++ part of the emulated device (``emulate(native_guard=True)`` or
+``NKIHUB_NEURON_NATIVE_GUARD=1``; used by default where it builds): a device guard and an allocator.
 
-Everything else in the emulation is Python. The one thing Python cannot reach is the device guard C++
-asks for the current device and the device count: PyTorch's Python guard answers core 0 and 1. With this
-guard, a bare ``"neuron"`` resolved in C++ (``t.to("neuron")``, ``Module.to("neuron")``, DTensor) follows
-``torch.neuron.set_device``, and ``torch.accelerator.device_count()`` says how many cores are emulated.
+Everything else in the emulation is Python. What Python cannot reach is the device guard C++ asks for
+the current device and the device count (PyTorch's Python guard answers core 0 and 1) and the allocator C++
+uses when it makes a storage itself (none is registered for PrivateUse1). With this library a bare
+``"neuron"`` resolved in C++ (``t.to("neuron")``, ``Module.to("neuron")``, DTensor) follows
+``torch.neuron.set_device``, ``torch.accelerator.device_count()`` says how many cores are emulated,
+autograd runs backward on any core, and ``torch.UntypedStorage(n, device="neuron")`` works.
 
 Building it needs a C++17 compiler (``c++``/``g++``, or ``$CXX``), ``ninja``, and the headers that ship
 inside the torch wheel; not Python's headers. It is built once with ``torch.utils.cpp_extension.load``
@@ -20,8 +22,8 @@ from pathlib import Path
 
 from nkihub.device import EmulationError
 
-SOURCE = Path(__file__).with_name("guard.cpp")
-NAME = "nkihub_neuron_guard"
+SOURCE = Path(__file__).with_name("device.cpp")
+NAME = "nkihub_neuron_native"
 
 
 def build_dir() -> Path:

@@ -1,14 +1,21 @@
-// The emulated neuron device's C++ device guard: the one piece of the emulation Python cannot provide.
+// The emulated neuron device's C++ pieces: what the emulation cannot provide from Python.
 //
-// PyTorch's Python device guard (torch._C._acc.DeviceGuard, torch 2.13) reports device 0 as current and a
-// device count of 1 to C++, so a bare "neuron" resolved in C++ (Tensor.to("neuron"), Module.to) lands on
-// core 0 whatever torch.neuron.set_device said, and torch.accelerator.device_count() is 1. This guard keeps
-// the current core (per thread, as CUDA's does) and the emulated core count, both set from Python through
-// the C functions at the bottom (ctypes); streams and events are no-ops, as in the rest of the emulation.
+// - A device guard. PyTorch's Python device guard (torch._C._acc.DeviceGuard, torch 2.13) reports device 0
+//   as current and a device count of 1 to C++, so a bare "neuron" resolved in C++ (Tensor.to("neuron"),
+//   Module.to) lands on core 0 whatever torch.neuron.set_device said, torch.accelerator.device_count() is 1,
+//   and autograd has a backward thread for core 0 only. This guard keeps the current core (per thread, as
+//   CUDA's does) and the emulated core count, both set from Python through the C functions at the bottom
+//   (ctypes); streams and events are no-ops, as in the rest of the emulation.
+// - An allocator. No allocator is registered for PrivateUse1 otherwise, so C++ that allocates a storage
+//   directly (torch.UntypedStorage(n, device="neuron"), torch.load onto the device) would dereference a
+//   null allocator. This one hands out host memory tagged with the current core.
 // It includes only c10 headers and needs neither Python's headers nor pybind11.
+#include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
 
 #include <atomic>
+#include <cstring>
 
 namespace {
 
@@ -60,13 +67,31 @@ struct NeuronGuard final : public c10::impl::DeviceGuardImplInterface {
 
 NeuronGuard guard;
 
+void free_host(void* data) { c10::free_cpu(data); }
+
+struct NeuronAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* data = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
+    return {data, data, &free_host,
+            c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(current))};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_host; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+};
+
+NeuronAllocator allocator;
+
 }  // namespace
 
 extern "C" {
-// Registers the guard for PrivateUse1 (replacing any registered one); call before the first neuron tensor.
+// Registers the guard and the allocator for PrivateUse1 (replacing any registered guard); call before the
+// first neuron tensor.
 void nkihub_neuron_guard_install(int count) {
   device_count.store(count);
   c10::impl::registerDeviceGuard(c10::DeviceType::PrivateUse1, &guard);
+  c10::SetAllocator(c10::DeviceType::PrivateUse1, &allocator);
 }
 void nkihub_neuron_guard_set_count(int count) { device_count.store(count); }
 void nkihub_neuron_guard_set_current(int index) { current = index; }
