@@ -1,7 +1,8 @@
 """The emulated ``neuron`` backend: one boxed fallback for every aten op on PrivateUse1.
 
-Three kinds of op reach it (an op with a CompositeExplicitAutograd kernel never does: that kernel
-decomposes it into the ops below):
+Three kinds of op reach it (an op with only a composite kernel never does: that kernel decomposes it into
+the ops below; an op with both a composite and a CPU kernel is registered to it directly, so it runs the
+CPU's kernel, and aten's "overrideable" convolutions run as the CPU's ``convolution``):
 
 - **metadata ops** (views such as ``view``/``as_strided``, in-place views such as ``transpose_``, and
   ``set_``) run the CPU kernel on the neuron tensors themselves (a redispatch to the CPU key): those
