@@ -44,7 +44,8 @@ def _native_guard(required):
             raise
         import warnings
 
-        warnings.warn(f"{exc} Using the pure-Python device guard.", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"{exc} -- using the pure-Python device guard instead (docs/device.md, Limits)",
+                      RuntimeWarning, stacklevel=3)
         return None
 
 

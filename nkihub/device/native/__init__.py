@@ -79,6 +79,6 @@ def load() -> NativeGuard:
     try:
         path = cpp_extension.load(name=NAME, sources=[str(SOURCE)], build_directory=str(build_dir()),
                                   is_python_module=False, extra_cflags=["-O2"], verbose=False)
-    except Exception as exc:   # a compiler that is there but fails: say so, with what it said
+        return NativeGuard(ctypes.CDLL(path))
+    except Exception as exc:   # a compiler that fails, an unwritable cache: say so, with what it said
         raise EmulationError(f"building the emulated neuron device's native guard failed: {exc}") from exc
-    return NativeGuard(ctypes.CDLL(path))
