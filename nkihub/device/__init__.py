@@ -47,6 +47,13 @@ def emulated() -> bool:
     return bool(callable(is_emulated) and is_emulated())
 
 
+def native_part() -> bool:
+    """True when the emulation runs with its C++ part (device guard, allocator, hooks; docs/device.md)."""
+    emulation = sys.modules.get("nkihub.device.emulation")
+    state = getattr(emulation, "_state", None)
+    return state is not None and state.native is not None
+
+
 def kernel_log():
     """This process's log of NKI kernel calls with their cost-model estimates (nkihub.nki.calllog)."""
     from nkihub.nki import calllog
@@ -54,4 +61,4 @@ def kernel_log():
     return calllog.log()
 
 
-__all__ = ["EmulationError", "emulate", "emulated", "kernel_log"]
+__all__ = ["EmulationError", "emulate", "emulated", "kernel_log", "native_part"]

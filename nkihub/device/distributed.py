@@ -1,18 +1,24 @@
 """A ``neuron`` process-group backend for the emulated device: collectives over gloo on host views.
 
-Each process emulates its NeuronCores; ``torch.distributed.init_process_group("neuron")`` gives a process
-group whose collectives take neuron tensors, hand gloo host views of the same memory (no copies: gloo
-writes the results straight into the neuron tensors) and return gloo's work objects. CPU tensors pass
-through unchanged. What runs over it is whatever runs over gloo: DTensor and the functional collectives
-(all_reduce, all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single), broadcast, barrier,
-send/recv. It is a test harness for multi-NeuronCore code paths, not a model of Neuron's collective
-engines or their speed.
+Each process emulates its NeuronCores; ``torch.distributed.init_process_group("neuron", ...)`` gives a process
+group whose backend, for the neuron device and the CPU alike, is gloo. Every collective reaches gloo through
+torch's c10d dispatcher ops (``c10d::allreduce_``, ``c10d::_allgather_base_`` ...), which dispatch on the
+device of their tensors; the emulation registers their PrivateUse1 kernels: hand gloo host views of the
+neuron tensors (no copies: gloo writes results straight into the neuron tensors' memory) by running the
+CPU kernel, and return the caller's neuron tensors. So everything that runs over gloo runs here, by
+whichever door it comes in: ``dist.all_reduce`` and friends, the functional collectives, DTensor, and
+FSDP2 (which also resizes storages in place: that needs the emulation's C++ part).
+(The futures of the returned work objects hold the host views, CPU tensors aliasing the neuron ones.)
+It is a test harness for multi-NeuronCore code paths, not a model of Neuron's collective engines or
+their speed.
 
-    dist.init_process_group("neuron", rank=rank, world_size=2, init_method="tcp://127.0.0.1:29500")
     torch.neuron.set_device(rank)
+    dist.init_process_group("neuron", rank=rank, world_size=2, init_method="tcp://127.0.0.1:29500")
     mesh = init_device_mesh("neuron", (2,))
 """
 from __future__ import annotations
+
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -20,80 +26,63 @@ import torch.distributed as dist
 from .host import to_host
 
 NAME = "neuron"
-# ProcessGroup methods forwarded to gloo, every tensor argument (at any list depth) as a host view
-_FORWARDED = (
-    "allreduce", "allreduce_coalesced", "allgather", "_allgather_base", "allgather_coalesced", "broadcast",
-    "reduce", "reduce_scatter", "_reduce_scatter_base", "alltoall", "alltoall_base", "gather", "scatter", "send",
-    "recv", "recv_anysource", "barrier", "monitored_barrier",
-)
-# tensor-list collectives gloo has no binding for: one call of the single-tensor collective per pair
-_COALESCED = {"allgather_into_tensor_coalesced": "_allgather_base",
-              "reduce_scatter_tensor_coalesced": "_reduce_scatter_base"}
+_CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_library = None
 
 
-def _host(a):
+def _host(a, back: dict):
     if isinstance(a, torch.Tensor):
-        return to_host(a) if a.device.type == NAME else a
+        if a.device.type != NAME:
+            return a
+        h = to_host(a)
+        back[id(h)] = a
+        return h
     if isinstance(a, list):
-        return [_host(x) for x in a]
+        return [_host(x, back) for x in a]
     return a
 
 
-def _forward(name: str):
-    def method(self, *args):
-        return getattr(self._gloo, name)(*(_host(a) for a in args))
-
-    method.__name__ = name
-    return method
-
-
-def _coalesced(name: str, single: str):
-    def method(self, outputs, inputs, opts):
-        from torch._C._distributed_c10d import _create_work_from_future
-
-        for out, inp in zip(outputs, inputs):
-            getattr(self._gloo, single)(_host(out), _host(inp), opts).wait()
-        done = torch.futures.Future()
-        done.set_result(outputs)
-        return _create_work_from_future(done)
-
-    method.__name__ = name
-    return method
+def _back(a, back: dict):
+    if isinstance(a, torch.Tensor):
+        return back.get(id(a), a)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_back(x, back) for x in a)
+    return a
 
 
-class NeuronProcessGroup(dist.ProcessGroup):
-    """A process group over the emulated NeuronCores of several processes, staged through gloo."""
+def _collective(op):
+    def kernel(*args, **kwargs):
+        back: dict = {}
+        hargs = [_host(a, back) for a in args]
+        hkwargs = {k: _host(v, back) for k, v in kwargs.items()}
+        return _back(op.redispatch(_CPU_KEYS, *hargs, **hkwargs), back)
 
-    def __init__(self, store, rank: int, size: int, timeout):
-        super().__init__(rank, size)
-        self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
-        # c10d keeps a process group's name on its backends: gloo holds it (and serves the C++ paths that
-        # ask a device's backend directly); the collectives themselves come through the methods below
-        for device in ("cpu", NAME):
-            self._register_backend(torch.device(device), dist.ProcessGroup.BackendType.GLOO, self._gloo)
-
-    def getBackendName(self) -> str:  # noqa: N802  (c10d's name)
-        return NAME
-
-    @property
-    def _backend_name(self) -> str:
-        return NAME
-
-    def __repr__(self) -> str:
-        return f"<NeuronProcessGroup rank={self.rank()} size={self.size()} (emulated, over gloo)>"
+    return kernel
 
 
-for _name in _FORWARDED:
-    setattr(NeuronProcessGroup, _name, _forward(_name))
-for _name, _single in _COALESCED.items():
-    setattr(NeuronProcessGroup, _name, _coalesced(_name, _single))
+def _c10d_ops():
+    """The c10d collectives torch gives a PrivateUse1 kernel (which would ask the group's neuron backend,
+    gloo, to take neuron tensors, and it cannot)."""
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    for name in torch._C._dispatch_get_all_op_names():
+        if name.startswith("c10d::") and has(name, "CPU") and has(name, "PrivateUse1"):
+            packet, _, overload = name.split("::", 1)[1].partition(".")
+            yield name.split("::", 1)[1], getattr(getattr(torch.ops.c10d, packet), overload or "default")
 
 
 def _create(store, rank, size, timeout):
-    return NeuronProcessGroup(store, rank, size, timeout)
+    return dist.ProcessGroupGloo(store, rank, size, timeout)
 
 
 def register() -> None:
-    """Register the ``neuron`` backend with torch.distributed (once per process)."""
+    """Register the ``neuron`` backend with torch.distributed and the c10d kernels (once per process)."""
+    global _library
+    if _library is not None:
+        return
+    _library = torch.library.Library("c10d", "IMPL")
+    with warnings.catch_warnings():   # torch's own PrivateUse1 kernels are replaced, on purpose
+        warnings.simplefilter("ignore")
+        for name, op in _c10d_ops():
+            _library.impl(name, _collective(op), "PrivateUse1")
     if NAME not in dist.Backend.backend_list:
         dist.Backend.register_backend(NAME, _create, devices=[NAME, "cpu"])

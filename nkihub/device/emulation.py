@@ -71,10 +71,11 @@ def emulate(device_count: int | None = None, native_guard: bool | None = None):
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=False)
         torch_module._state = state
         torch._register_device_module("neuron", torch_module.build())
-        torch._C._acc.register_python_privateuseone_hook(_hooks(torch))
-        if guard is not None:
+        if guard is not None:   # the C++ part: guard, allocator and hooks
             state.use_native(guard)
+            guard.install_hooks()
         else:
+            torch._C._acc.register_python_privateuseone_hook(_hooks(torch))
             torch._C._acc.register_python_privateuseone_device_guard(_guard(torch))
             _storages_to_neuron_through_tensors(torch)
         backend.install(state)

@@ -1,5 +1,6 @@
 """Two emulated NeuronCores in two processes: the ``neuron`` process-group backend (gloo on host views)
-runs torch.distributed collectives on neuron tensors and a DTensor matmul sharded either way."""
+runs torch.distributed collectives on neuron tensors, a DTensor matmul sharded either way, and (with the
+C++ part, which resizes storages in place) an FSDP2 training step that matches one on the CPU."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,28 @@ import sys
 SCRIPT = """
 import json, sys
 import torch, torch.multiprocessing as mp
+
+def fsdp_step(mesh):
+    # one SGD step of an FSDP2-wrapped MLP, both ranks on the same batch: equal to one step on the CPU
+    from torch.distributed.fsdp import fully_shard
+
+    def mlp():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(2))
+    ref = mlp()
+    ref(x).square().sum().backward()
+    torch.optim.SGD(ref.parameters(), lr=0.1).step()
+    model = mlp().to("neuron")
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    model(x.to("neuron")).square().sum().backward()
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+    return max((p.full_tensor().cpu() - r).abs().max().item() for p, r in zip(model.parameters(), ref.parameters()))
+
 
 def worker(rank, port, queue):
     import nkihub.device
@@ -29,14 +52,15 @@ def worker(rank, port, queue):
     dist.all_reduce(t)
     gathered = [torch.empty(2, device="neuron") for _ in range(2)]
     dist.all_gather(gathered, torch.full((2,), float(rank), device="neuron"))
+    fsdp = fsdp_step(mesh) if nkihub.device.native_part() else None   # FSDP2 needs the C++ part
     queue.put(json.dumps({
         "rank": rank, "backend": dist.get_backend(), "local": str(rows.to_local().device),
-        "cores_seen_by_cpp": torch.accelerator.device_count(),
+        "native": nkihub.device.native_part(),
         "local_shape": list(rows.to_local().shape), "placements": str(rows.placements),
         "rows_err": (rows.full_tensor().cpu() - a @ b).abs().max().item(),
         "inner_err": (inner.full_tensor().cpu() - a @ b).abs().max().item(),
         "all_reduce": t.tolist(), "all_reduce_device": str(t.device),
-        "all_gather": [x.tolist() for x in gathered]}))
+        "all_gather": [x.tolist() for x in gathered], "fsdp": fsdp}))
     dist.destroy_process_group()
 
 if __name__ == "__main__":
@@ -62,9 +86,11 @@ def test_dtensor_matmul_on_two_emulated_cores(tmp_path):
     for rank, r in enumerate(ranks):
         # with the C++ guard (built where a compiler is) the shard sits on the rank's own core; with the
         # pure-Python guard C++ resolves a bare "neuron" to core 0 (docs/device.md, Limits)
-        own_core = f"neuron:{rank}" if r["cores_seen_by_cpp"] == 2 else "neuron:0"
+        own_core = f"neuron:{rank}" if r["native"] else "neuron:0"
         assert r["backend"] == "neuron" and r["local"] == own_core and r["local_shape"] == [4, 4]
         assert r["placements"] == "(Shard(dim=0),)"
         assert r["rows_err"] < 1e-5 and r["inner_err"] < 1e-5
         assert r["all_reduce"] == [3.0, 3.0, 3.0] and r["all_reduce_device"] == f"neuron:{rank}"
         assert r["all_gather"] == [[0.0, 0.0], [1.0, 1.0]]
+        if r["native"]:   # FSDP2 resizes storages in place: only with the C++ part
+            assert r["fsdp"] < 1e-5

@@ -31,12 +31,18 @@ def test_native_guard_follows_set_device(run_python):
         torch.neuron.set_device(1)
         storage = torch.UntypedStorage(16, device="neuron")   # C++ allocates it: the native allocator
         r["storage"] = [str(storage.device), storage.nbytes()]
+        t = torch.arange(4.0, device="neuron")
+        t.untyped_storage().resize_(32)                      # the native hooks resize in place
+        grown = t.untyped_storage().nbytes()
+        t.untyped_storage().resize_(0)
+        r["resize"] = [grown, t.untyped_storage().nbytes(), nkihub.device.native_part()]
         print(json.dumps(r))
     """)
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout)
     assert r == {"to": "neuron:1", "module": "neuron:1", "accelerator": [2, 1], "set_by_accelerator": 0,
-                 "in_ctx": "neuron:1", "grad": ["neuron:1", True], "storage": ["neuron:1", 16]}
+                 "in_ctx": "neuron:1", "grad": ["neuron:1", True], "storage": ["neuron:1", 16],
+                 "resize": [32, 0, True]}
 
 
 def test_without_a_compiler(run_python):

@@ -1,12 +1,14 @@
 """The optional C++ part of the emulated device (``emulate(native_guard=True)`` or
-``NKIHUB_NEURON_NATIVE_GUARD=1``; used by default where it builds): a device guard and an allocator.
+``NKIHUB_NEURON_NATIVE_GUARD=1``; used by default where it builds): a device guard, an allocator and
+PrivateUse1 hooks.
 
 Everything else in the emulation is Python. What Python cannot reach is the device guard C++ asks for
-the current device and the device count (PyTorch's Python guard answers core 0 and 1) and the allocator C++
-uses when it makes a storage itself (none is registered for PrivateUse1). With this library a bare
-``"neuron"`` resolved in C++ (``t.to("neuron")``, ``Module.to("neuron")``, DTensor) follows
-``torch.neuron.set_device``, ``torch.accelerator.device_count()`` says how many cores are emulated,
-autograd runs backward on any core, and ``torch.UntypedStorage(n, device="neuron")`` works.
+the current device and the device count (PyTorch's Python guard answers core 0 and 1), the allocator C++
+uses when it makes a storage itself (none is registered for PrivateUse1), and the hook that resizes a
+storage in place (the Python hooks have none). With this library a bare ``"neuron"`` resolved in C++
+(``t.to("neuron")``, ``Module.to("neuron")``, DTensor) follows ``torch.neuron.set_device``,
+``torch.accelerator.device_count()`` says how many cores are emulated, autograd runs backward on any core,
+``torch.UntypedStorage(n, device="neuron")`` works and ``UntypedStorage.resize_`` does (FSDP2 needs it).
 
 Building it needs a C++17 compiler (``c++``/``g++``, or ``$CXX``), ``ninja``, and the headers that ship
 inside the torch wheel; not Python's headers. It is built once with ``torch.utils.cpp_extension.load``
@@ -57,7 +59,14 @@ class NativeGuard:
         lib.nkihub_neuron_guard_current.restype = ctypes.c_int
 
     def install(self, count: int) -> None:
+        """Register the guard and the allocator for PrivateUse1."""
         self._lib.nkihub_neuron_guard_install(int(count))
+
+    def install_hooks(self) -> None:
+        """Register the PrivateUse1 hooks (in place of PyTorch's Python ones)."""
+        if not self._lib.nkihub_neuron_hooks_install():
+            raise EmulationError("PrivateUse1 hooks were registered already in this process (by whom is not "
+                                 "known); the emulated neuron device needs its own")
 
     def set_count(self, count: int) -> None:
         self._lib.nkihub_neuron_guard_set_count(int(count))

@@ -9,11 +9,15 @@
 // - An allocator. No allocator is registered for PrivateUse1 otherwise, so C++ that allocates a storage
 //   directly (torch.UntypedStorage(n, device="neuron"), torch.load onto the device) would dereference a
 //   null allocator. This one hands out host memory tagged with the current core.
-// It includes only c10 headers and needs neither Python's headers nor pybind11.
+// - PrivateUse1 hooks, in place of the Python ones: the same answers (available, built), plus resizing a
+//   storage in place (UntypedStorage.resize_, which FSDP2 uses to free and regrow parameters).
+// It includes c10 headers and one ATen header, and needs neither Python's headers nor pybind11.
+#include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -83,6 +87,30 @@ struct NeuronAllocator final : public c10::Allocator {
 
 NeuronAllocator allocator;
 
+struct NeuronHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return true; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  c10::DeviceIndex deviceCount() const override { return static_cast<c10::DeviceIndex>(device_count.load()); }
+  at::Device getDeviceFromPtr(void*) const override {
+    return c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(current));
+  }
+  // A new block of host memory holding the old bytes (as many as fit); the old block is released by its
+  // own deleter (a DLPack capsule's for storages the Python fallback made, free for the allocator's).
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+    c10::DataPtr fresh = allocator.allocate(newsize);
+    size_t keep = std::min(newsize, impl->nbytes());
+    if (keep > 0) std::memcpy(fresh.get(), impl->data(), keep);
+    c10::Device device = impl->data_ptr().device();
+    fresh.unsafe_set_device(device);
+    impl->set_data_ptr_noswap(std::move(fresh));
+    impl->set_nbytes(newsize);
+  }
+};
+
+NeuronHooks* hooks = nullptr;
+
 }  // namespace
 
 extern "C" {
@@ -92,6 +120,14 @@ void nkihub_neuron_guard_install(int count) {
   device_count.store(count);
   c10::impl::registerDeviceGuard(c10::DeviceType::PrivateUse1, &guard);
   c10::SetAllocator(c10::DeviceType::PrivateUse1, &allocator);
+}
+// Registers the hooks; PrivateUse1 takes one set of hooks per process, so call it instead of registering
+// the Python ones (returns 0 when some were registered already).
+int nkihub_neuron_hooks_install() {
+  if (at::isPrivateUse1HooksRegistered()) return 0;
+  hooks = new NeuronHooks();
+  at::RegisterPrivateUse1HooksInterface(hooks);
+  return 1;
 }
 void nkihub_neuron_guard_set_count(int count) { device_count.store(count); }
 void nkihub_neuron_guard_set_current(int index) { current = index; }
