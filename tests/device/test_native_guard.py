@@ -57,6 +57,6 @@ def test_without_a_compiler(run_python):
             nkihub.device.emulate()
         print("auto:", torch.ones(1, device="neuron").device, any("pure-Python" in str(w.message) for w in caught))
     """
-    out = run_python(code, env={"CXX": "/nonexistent/c++"})
+    out = run_python(code, env={"CXX": "/nonexistent/c++", "NKIHUB_NEURON_NATIVE_GUARD": "auto"})
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["required:", "True", "auto:", "neuron:0", "True"]
