@@ -94,10 +94,14 @@ def _target():
     return get_target()
 
 
+_CORE_NAMES = {"gen2": "NeuronCore-v2", "gen3": "NeuronCore-v3", "gen4": "NeuronCore-v4"}
+
+
 def get_device_name(device=None) -> str:
+    """The simulator target's NeuronCore, e.g. ``NeuronCore-v3 (trn2, emulated by nkihub)``."""
     _state.index(device)
     t = _target()
-    return f"NeuronCore-{ {'gen2': 'v2', 'gen3': 'v3', 'gen4': 'v4'}.get(t.nc_version, t.nc_version)} ({t.name}, emulated by nkihub)"
+    return f"{_CORE_NAMES.get(t.nc_version, t.nc_version)} ({t.name}, emulated by nkihub)"
 
 
 @dataclass(frozen=True)
