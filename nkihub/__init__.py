@@ -9,3 +9,16 @@ Hub), ``nkihub.kernels`` (what model users import). Importing ``nkihub`` loads n
 """
 
 __version__ = "0.2.0"
+
+
+def _torch_autoload() -> None:
+    """torch's device-backend autoload hook (entry point group ``torch.backends``, run at the end of every
+    ``import torch``): hands over to :mod:`nkihub.device.autoload` only when ``NKIHUB_EMULATE_NEURON`` is
+    set, so otherwise it reads one environment variable and imports nothing (a partial install of nkihub
+    can never break ``import torch``)."""
+    import os
+
+    if os.environ.get("NKIHUB_EMULATE_NEURON", "").strip():
+        from nkihub.device.autoload import load
+
+        load()

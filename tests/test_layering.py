@@ -1,6 +1,6 @@
 """The import direction between nkihub's rooms, by an AST scan of every source file: simulator imports
-nothing above it; nki never imports kernels or hub_client; hub_client imports none of nki, kernels,
-simulator. And one import root: nkihub's own code names its modules ``nkihub.<room>``; only the library
+nothing above it; nki never imports kernels, hub_client or device; hub_client imports none of nki, kernels,
+simulator, device; device (the emulated neuron torch device) imports neither kernels nor hub_client. And one import root: nkihub's own code names its modules ``nkihub.<room>``; only the library
 kernels (published, standalone) import the public ``nki`` API by its top-level name."""
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = {
-    "simulator": {"nki", "kernels", "hub_client"},
-    "nki": {"kernels", "hub_client"},
-    "hub_client": {"nki", "kernels", "simulator"},
+    "simulator": {"nki", "kernels", "hub_client", "device"},
+    "nki": {"kernels", "hub_client", "device"},
+    "hub_client": {"nki", "kernels", "simulator", "device"},
+    # the emulated device sits beside the language: it runs kernels through nki, never through kernels
+    "device": {"kernels", "hub_client"},
 }
 # Top-level names nkihub's code never imports: its former roots, and (outside the published library
 # kernels and the stand-ins) AWS's `nki` / `neuronxcc`, which may be AWS's own where they are installed.

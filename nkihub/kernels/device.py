@@ -1,9 +1,10 @@
 """Where a kernel runs: the simulator on CPU, or a Neuron device.
 
-A tensor on the CPU runs its kernel on the numpy simulator. A Neuron device is one that ``torch_neuronx``
-provides (it creates the ``torch.neuron`` module, which is also what Hugging Face kernels looks for) or an
-XLA device whose hardware reports ``NEURON``; on it the kernel's
-source goes to the Neuron toolchain. Detection is lazy (nothing is imported until asked), never
+A tensor on the CPU runs its kernel on the numpy simulator, and so does a tensor on nkihub's emulated
+``neuron`` device (``nkihub.device.emulate()``), whose results come back on that device. A Neuron device
+is one that ``torch_neuronx`` provides (it creates the ``torch.neuron`` module, which is also what Hugging
+Face kernels looks for) or an XLA device whose hardware reports ``NEURON``; on it the kernel's source goes
+to the Neuron toolchain. Detection is lazy (nothing is imported until asked), never
 raises on a broken install (the reason is recorded instead), and asking for Neuron where there is none
 raises :class:`NeuronUnavailableError`: a kernel never falls back to the simulator silently.
 """
@@ -54,6 +55,14 @@ def _torch_has_neuron() -> bool:
     return torch is not None and hasattr(torch, "neuron")
 
 
+def emulated() -> bool:
+    """True when ``torch.neuron`` is nkihub's emulated device (``nkihub.device.emulate()``): neuron tensors
+    then live in host memory and their kernels run on the simulator. Imports nothing."""
+    torch = sys.modules.get("torch")
+    is_emulated = getattr(getattr(torch, "neuron", None), "is_emulated", None)
+    return bool(callable(is_emulated) and is_emulated())
+
+
 def _probe() -> NeuronStatus:
     probes = []
     if importlib.util.find_spec("torch_neuronx") is not None:
@@ -64,6 +73,8 @@ def _probe() -> NeuronStatus:
             probes.append(f"torch_neuronx is installed but failed to import: {type(exc).__name__}: {exc}")
     else:
         probes.append("torch_neuronx is not installed")
+    if emulated():
+        return NeuronStatus(True, "nkihub's emulated neuron device (kernels run on the simulator)", tuple(probes))
     if _torch_has_neuron():
         return NeuronStatus(True, "the torch.neuron module (torch_neuronx or an emulation of it)", tuple(probes))
     probes.append("torch has no torch.neuron module")
@@ -125,6 +136,8 @@ def backend_of(tensors) -> str:
     kinds = {t.device.type for t in tensors}
     if not kinds or kinds == {"cpu"}:
         return SIMULATOR
+    if NEURON in kinds and kinds <= {"cpu", NEURON} and emulated():
+        return SIMULATOR   # the emulated device's tensors are host memory: the kernel runs on the simulator
     if len(kinds) > 1:
         raise ValueError(f"tensors: kernel inputs must share one device, got {sorted(kinds)}")
     kind = kinds.pop()

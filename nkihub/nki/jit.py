@@ -10,10 +10,11 @@ import itertools
 import linecache
 import operator
 import threading
+import time
 
 import numpy as np
 
-from nkihub.nki import outputs, tracing
+from nkihub.nki import calllog, outputs, tracing
 from nkihub.nki.arrays import is_array, is_torch, to_numpy
 from nkihub.nki.runtime import Eager, NeedsRuntime
 from nkihub.nki.tensor import NkiTensor
@@ -36,6 +37,14 @@ class CompiledKernel:
         self.target = target
         self._executors = {}
         self._lock = threading.Lock()
+        self._estimate_s = None
+
+    def estimated_s(self) -> float:
+        """The cost model's latency of one run of this Program on its target (an estimate; computed once)."""
+        if self._estimate_s is None:
+            from nkihub.simulator.report import estimate
+            self._estimate_s = estimate(self.program, self.target).latency_s
+        return self._estimate_s
 
     @property
     def executor(self):
@@ -279,10 +288,19 @@ class JitKernel:
             compiled = self.specialize(*args, target=target, **kwargs)
             bound = self._bind(args, kwargs)
             callers = {name: v for name, v in _flat(bound) if is_array(v)}
+            start = time.perf_counter()
             outs = compiled.executor.run([to_numpy(a) for a in callers.values()])
+            simulated_s = time.perf_counter() - start
         except NkiError as exc:
             raise exc.with_traceback(None) from None
-        return outputs.deliver(compiled.program, outs, callers, any(is_torch(a) for a in callers.values()))
+        result = outputs.deliver(compiled.program, outs, callers, any(is_torch(a) for a in callers.values()))
+        device = outputs.caller_device(callers.values())
+        if calllog.enabled():
+            calllog.log().record(calllog.KernelCall(
+                self.fn.__name__, tuple(tuple(to_numpy(a).shape) for a in callers.values()),
+                tuple(dtype_name(to_numpy(a).dtype) for a in callers.values()), device,
+                compiled.target.name, compiled.estimated_s(), simulated_s))
+        return outputs.to_device(result, device)
 
 
 def jit(fn=None, **kwargs):

@@ -78,6 +78,29 @@ def set_outputs(program: Program, ret, fn) -> None:
         program.meta["returned"] = [t.to_ap().to_json() for t in items]
 
 
+def caller_device(callers) -> str:
+    """Where the caller's arrays live: ``"numpy"``, ``"cpu"``, or the torch device of its tensors
+    (``"neuron:0"``); the first non-CPU tensor decides."""
+    device = "numpy"
+    for a in callers:
+        if is_torch(a):
+            kind = str(a.device)
+            if kind != "cpu":
+                return kind
+            device = "cpu"
+    return device
+
+
+def to_device(result, device: str):
+    """A call's result with its fresh (CPU) tensors moved to the caller's device, so a kernel called on
+    device tensors returns device tensors; on the CPU or with numpy it is returned as it is."""
+    if device in ("cpu", "numpy") or result is None:
+        return result
+    if isinstance(result, tuple):
+        return tuple(to_device(r, device) for r in result)
+    return result.to(device) if is_torch(result) and result.device.type == "cpu" else result
+
+
 def _copy_back(dst, value: np.ndarray) -> None:
     if is_torch(dst):
         dst.copy_(to_torch(value).reshape(dst.shape))

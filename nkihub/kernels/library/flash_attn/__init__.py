@@ -52,7 +52,7 @@ def check_inputs(q, k, v, causal=False, scale=None) -> float:
 
 
 def _fake_fwd(q, k, v, causal, scale):
-    return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
+    return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
 @_lib.op("flash_attention_with_lse", fake=_fake_fwd)
@@ -66,7 +66,7 @@ def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
 
 
 def _fake_bwd(q, k, v, out, grad_out, lse, grad_lse, causal, scale):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 @_lib.op("flash_attention_backward", fake=_fake_bwd)

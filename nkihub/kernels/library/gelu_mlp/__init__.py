@@ -21,7 +21,7 @@ ACTIVATION_NAMES = tuple(ACTIVATIONS)
 _lib = OpLibrary("gelu_mlp", __version__, __file__)
 
 
-@_lib.op("gelu_mlp", fake=lambda x, w1, b1, w2, b2, activation="gelu": torch.empty_like(x))
+@_lib.op("gelu_mlp", fake=lambda x, w1, b1, w2, b2, activation="gelu": x.new_empty(x.shape))
 def _gelu_mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
               b2: torch.Tensor, activation: str = "gelu") -> torch.Tensor:
     token_block, resident = plan(x.shape[-1], w1.shape[0], x.element_size())

@@ -18,7 +18,7 @@ __all__ = ["layer_norm", "ops", "layer_norm_kernel"]
 _lib = OpLibrary("layernorm", __version__, __file__)
 
 
-@_lib.op("layer_norm", fake=lambda x, weight, bias, eps: torch.empty_like(x))
+@_lib.op("layer_norm", fake=lambda x, weight, bias, eps: x.new_empty(x.shape))
 def _layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
     y = common.run(layer_norm_kernel, common.rows(x), weight, bias, float(eps))
     return common.unrows(y, x)

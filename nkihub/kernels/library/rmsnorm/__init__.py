@@ -18,7 +18,7 @@ __all__ = ["rms_norm", "ops", "rms_norm_kernel"]
 _lib = OpLibrary("rmsnorm", __version__, __file__)
 
 
-@_lib.op("rms_norm", fake=lambda x, weight, eps: torch.empty_like(x))
+@_lib.op("rms_norm", fake=lambda x, weight, eps: x.new_empty(x.shape))
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return common.unrows(common.run(rms_norm_kernel, common.rows(x), weight, float(eps)), x)
 

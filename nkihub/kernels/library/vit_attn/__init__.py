@@ -45,7 +45,7 @@ def check_inputs(q, k, v, scale=None) -> float:
     return common.softmax_scale(scale, q.shape[-1])
 
 
-@_lib.op("vit_attention", fake=lambda q, k, v, scale: torch.empty_like(q))
+@_lib.op("vit_attention", fake=lambda q, k, v, scale: q.new_empty(q.shape))
 def _vit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     h = common.heads
     # a head too long for SBUF in one call (fp32 at long sequences) runs as flash-attn's square blocks
@@ -54,7 +54,7 @@ def _vit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
 
 
 def _fake_with_lse(q, k, v, scale):
-    return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
+    return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
 @_lib.op("vit_attention_with_lse", fake=_fake_with_lse)
@@ -67,7 +67,7 @@ def _vit_attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def _fake_bwd(q, k, v, out, grad_out, lse, grad_lse, scale):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 @_lib.op("vit_attention_backward", fake=_fake_bwd)
