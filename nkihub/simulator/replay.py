@@ -19,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
+import time
 import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,6 +33,8 @@ from nkihub.simulator import executor
 from nkihub.simulator.executor import Executor, check_inputs, engine_tables, input_array, strided
 from nkihub.simulator.isa import ExecContext, opdef
 from nkihub.simulator.isa.fast import NoBind, Scratch, strict_reshape
+from nkihub.simulator import memory
+from nkihub.simulator.memory import ALIGN, Arena, pack
 from nkihub.simulator.program import Program
 from nkihub.simulator.threads import run_on_lanes
 
@@ -124,23 +128,28 @@ def run_batched(steps, ctx) -> None:
 
 
 class _Workspace:
-    """Buffers of every tensor of one Program and the steps bound to them (one per instruction, or one
-    per group of ``batches``)."""
+    """Buffers of one Program's tensors in one arena (``simulator.memory``, laid out by ``_Layout``) and
+    the steps bound to them (one per instruction, or one per group of ``batches``)."""
 
     def __init__(self, rp: "Replay", batches: Batches | None = None, lanes: int = 1):
-        # Batched, on-chip tiles live in renamed storage: only HBM tensors and tiles whose initial
-        # contents are read need a buffer.
-        needed = None if batches is None else \
-            {n for n in rp.program.tensors if n not in batches.dataflow.renamed} | batches.init_read
-        self.bufs = [np.full(spec.size, fill, dtype=dt) if (needed is None or spec.name in needed)
-                     and spec.alias_of is None else None for spec, fill, dt in zip(rp._specs, rp._fills, rp._dtypes)]
+        lay = rp._layout(batches)
+        self.arena = Arena(lay.kept, lay.released)
+        self.bufs = [None] * len(rp._specs)
+        for i, (kept, offset) in lay.regions.items():
+            self.bufs[i] = self.arena.array(offset, rp._specs[i].size, rp._dtypes[i], kept)
         for i, root in rp._aliases.items():     # dtype reinterpretations see their root's bytes
-            self.bufs[i] = self.bufs[root].view(rp._dtypes[i])
+            if self.bufs[root] is not None:
+                self.bufs[i] = self.bufs[root].view(rp._dtypes[i])
+        for i in lay.filled:
+            self.bufs[i].fill(rp._fills[i])
         self._load_constants(rp)
+        if not rp.checked:
+            self.refill(rp)
         self.scratch = Scratch()
         self.batches, self.lanes = batches, lanes
         if batches is not None:
-            self.schedule = bind_batches(batches, self.bufs, rp._index, [self.scratch] +
+            storage = lambda dtype: self.arena.typed(dtype)[lay.storage_offset // np.dtype(dtype).itemsize:]  # noqa: E731
+            self.schedule = bind_batches(batches, self.bufs, rp._index, storage, [self.scratch] +
                                          [Scratch() for _ in range(lanes - 1)], bind_step)
             self.steps = self.schedule.steps() if lanes == 1 else None
             return
@@ -158,7 +167,7 @@ class _Workspace:
 
     def _load_constants(self, rp: "Replay") -> None:
         for i, spec in enumerate(rp._specs):
-            if spec.kind == "constant":
+            if spec.kind == "constant" and self.bufs[i] is not None:
                 self.bufs[i][...] = np.frombuffer(spec.data, dtype=rp._dtypes[i])
 
     def refill(self, rp: "Replay") -> None:
@@ -175,6 +184,71 @@ class _Workspace:
 
     def outputs(self, rp: "Replay") -> list[np.ndarray]:
         return [self.bufs[i].reshape(rp._specs[i].shape).copy() for i in rp._outputs]
+
+
+@dataclass
+class _Layout:
+    """Where a workspace's buffers live in its arena: ``regions`` (tensor index -> (in the kept part, byte
+    offset)), the sizes of the kept and released parts, the byte offset of a batched plan's storage in the
+    released part, and the tensors whose buffers are filled once when the workspace is made."""
+
+    regions: dict
+    kept: int
+    released: int
+    storage_offset: int = 0
+    filled: list = field(default_factory=list)
+
+
+def layout(rp: "Replay", batches: Batches | None) -> _Layout:
+    """The arena layout of ``rp``'s workspaces, unbatched or for ``batches``.
+
+    HBM tensors and the tiles the host sees live for the whole run. Unbatched, the other tensors of a
+    checked Program live from the first to the last instruction touching them and share bytes by
+    liveness (``memory.pack``): a checked Program reads no element before the run wrote it (what a
+    recycled buffer held is never seen, as with a pooled workspace), so on-chip memory follows what is live
+    at once, which SBUF and PSUM bound. Batched, renamed tiles are never written in their buffers (writes
+    go to the plan's storage): only those whose initial contents are read get one, and those share one
+    buffer per dtype, filled once with the fill value. Constants and those buffers sit in the kept part.
+    """
+    program, specs = rp.program, rp._specs
+    root = lambda name: rp._aliases.get(rp._index[name], rp._index[name])  # noqa: E731
+    first, last = {}, {}
+    for t, ins in enumerate(program.instructions):
+        for ap in (*ins.dst.values(), *ins.src.values()):
+            i = root(ap.tensor)
+            first.setdefault(i, t)
+            last[i] = t
+    forever = len(program.instructions)
+    for i in (*rp._inputs, *rp._outputs):
+        first[rp._aliases.get(i, i)], last[rp._aliases.get(i, i)] = -1, forever
+    regions, items, keys, kept, filled = {}, [], [], 0, []
+    fills: dict = {}        # dtype -> (offset, elements) of the shared buffer of unwritten renamed tiles
+    renamed = batches.dataflow.renamed if batches is not None else ()
+    for i in sorted(first):
+        spec = specs[i]
+        if spec.kind == "constant":
+            regions[i] = (True, kept)
+            kept += -(-spec.size * rp._dtypes[i].itemsize // ALIGN) * ALIGN
+        elif spec.name in renamed:
+            if spec.name in batches.init_read:
+                off, n = fills.get(rp._dtypes[i], (None, 0))
+                fills[rp._dtypes[i]] = (off, max(n, spec.size))
+        else:
+            pooled = batches is None and rp.checked and spec.kind == "internal" and i not in rp._outputs
+            items.append((first[i], last[i], spec.size * rp._dtypes[i].itemsize) if pooled else
+                         (-1, forever, spec.size * rp._dtypes[i].itemsize))
+            keys.append(i)
+    for dtype, (_, n) in fills.items():
+        fills[dtype] = (kept, n)
+        kept += -(-n * dtype.itemsize // ALIGN) * ALIGN
+    for i in first:
+        if specs[i].name in renamed and specs[i].name in batches.init_read:
+            regions[i] = (True, fills[rp._dtypes[i]][0])
+            filled.append(i)
+    offsets, total = pack(items)
+    regions.update({i: (False, off) for i, off in zip(keys, offsets)})
+    storage = batches.storage_bytes if batches is not None else 0
+    return _Layout(regions, kept, total + storage, total, filled)
 
 
 class Replay:
@@ -197,6 +271,13 @@ class Replay:
         self._reference = None
         self._batches: Batches | None | bool = None    # False: tried and not batchable
         self.batch_note = "not tried yet"
+        self._lay = (None, None)     # (batches or None, its _Layout)
+
+    def _layout(self, batches: Batches | None) -> _Layout:
+        with self._lock:
+            if self._lay[1] is None or self._lay[0] is not batches:
+                self._lay = (batches, layout(self, batches))
+            return self._lay[1]
 
     def _batched(self) -> Batches | None:
         """The batched schedule, planned on the second call of a Program worth batching."""
@@ -207,9 +288,12 @@ class Replay:
             if mode == "auto" and len(self.program.instructions) < BATCH_MIN_INSTRUCTIONS:
                 self._batches, self.batch_note = False, "too few instructions to pay for planning"
             else:
+                self._pool.clear()     # the unbatched workspaces' steps: not kept alive while planning
                 try:
                     with _gc_paused():
-                        self._batches, self.batch_note = plan_batches(self.program), "batched"
+                        self._batches = plan_batches(self.program, config.batch_memory())
+                    self.batch_note = "batched" if self._batches.dataflow.windows == 1 else \
+                        f"batched in {self._batches.dataflow.windows} windows"
                 except NotBatchable as exc:
                     self._batches, self.batch_note = False, f"not batched: {exc}"
         return self._batches or None
@@ -227,6 +311,7 @@ class Replay:
         if ws is None:
             with _gc_paused():
                 ws = _Workspace(self, batches, lanes)
+        memory.take(ws.arena)
         return ws
 
     def run(self, inputs, *, echo_prints: bool = True, ctx: ExecContext | None = None) -> list[np.ndarray]:
@@ -236,6 +321,7 @@ class Replay:
         fresh = ctx is None
         ctx = ctx or ExecContext(self.target, echo=echo_prints)
         ws = self._take()
+        t0 = time.perf_counter()
         try:
             outs = self._run(ws, inputs, ctx)
         except Exception as exc:
@@ -253,6 +339,7 @@ class Replay:
             warnings.warn(f"{self.program.name}: {self.batch_note}", RuntimeWarning, stacklevel=2)
         finally:
             if ws is not None:
+                memory.put_back(ws.arena, time.perf_counter() - t0, config.keep_memory())
                 with self._lock:
                     self._pool.append(ws)
         if config.crosscheck():

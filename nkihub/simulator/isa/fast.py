@@ -46,6 +46,16 @@ class Scratch:
 
     def __init__(self):
         self._arrays: dict = {}
+        self._casters: dict = {}
+
+    def caster(self, dst: np.ndarray, src: np.ndarray):
+        """``convert.caster(dst, src)``, one per pair of views of the same memory: a long kernel reads one
+        tile slice in many instructions, and each caster holds torch views (about 0.5 KB each)."""
+        key = (_where(dst), _where(src))
+        cast = self._casters.get(key)
+        if cast is None:
+            cast = self._casters[key] = caster(dst, src)
+        return cast
 
     def like(self, a: np.ndarray, dtype=F32, slot: int = 0) -> np.ndarray:
         """An array of stacked ``a``'s shape whose every member ``[j]`` is laid out as
@@ -68,13 +78,17 @@ class Scratch:
         return arr
 
 
+def _where(a: np.ndarray):
+    return a.__array_interface__["data"][0], a.shape, a.strides, a.dtype
+
+
 def reader(a: np.ndarray, sc: Scratch, slot: int):
     """``(arr, refresh)``: ``arr`` holds ``base.f32(a)`` once ``refresh()`` ran (``a`` itself when fp32, with
     ``refresh`` None; else a work array laid out as ``astype`` lays it out)."""
     if a.dtype == F32:
         return a, None
     buf = sc.like(a, F32, slot)
-    return buf, caster(buf, a)
+    return buf, sc.caster(buf, a)
 
 
 def refresher(*fns):
