@@ -88,9 +88,13 @@ class Arena:
         self.kept = _up(kept, PAGE)
         self.nbytes = self.kept + _up(released, PAGE)
         self._map = mmap.mmap(-1, max(PAGE, self.nbytes))
+        if self.nbytes >= 4 << 20 and hasattr(mmap, "MADV_HUGEPAGE"):
+            # as numpy asks for its own big arrays: transparent huge pages (fewer TLB misses; flash-attn's
+            # batched plan ran 2-4% slower on 4 KiB pages)
+            self._map.madvise(mmap.MADV_HUGEPAGE)
         self.bytes = np.frombuffer(self._map, dtype=np.uint8)
         self.resident = False   # the released part may hold pages (a run touched it since release())
-        self.busy = False       # a run is using it: never released meanwhile
+        self.busy = 0           # runs using it: never released meanwhile
 
     def array(self, offset: int, count: int, dtype, kept: bool = False) -> np.ndarray:
         """A flat array of ``count`` elements of ``dtype`` at byte ``offset`` of the kept or released part."""
@@ -117,6 +121,12 @@ class Arena:
     def releasable(self) -> int:
         return self.nbytes - self.kept
 
+    def held_bytes(self) -> int:
+        return self.releasable if self.resident else 0
+
+    def shed(self) -> bool:
+        return self.release()
+
 
 # Refilling released pages costs about this much per byte (page faults of fresh zero pages, measured on
 # the project's machine: 0.24-0.26 ns per byte; filling them afterwards 0.025).
@@ -124,47 +134,58 @@ REFAULT_S_PER_BYTE = 0.25e-9
 RELEASE_SHARE = 0.05            # a run may spend this share of its time refilling released pages
 RELEASE_MIN_BYTES = 64 << 20    # smaller workspaces are always kept
 _lock = threading.Lock()
-_kept: "OrderedDict[int, weakref.ref]" = OrderedDict()    # arenas kept resident between runs, oldest first
+# What holds memory between runs (arenas, and engines holding bound plans), least recently used first.
+# Each has ``busy`` (runs using it), ``held_bytes()`` and ``shed()`` (give the memory back; False if it
+# cannot now).
+_held: "OrderedDict[int, weakref.ref]" = OrderedDict()
 
 
-def take(arena: Arena) -> None:
-    """Mark ``arena`` in use by a run (no longer a candidate for release)."""
+def take(*holders) -> None:
+    """Mark ``holders`` in use by a run: never shed meanwhile."""
     with _lock:
-        arena.busy, arena.resident = True, True
-        _kept.pop(id(arena), None)
+        for h in holders:
+            h.busy += 1
+            if isinstance(h, Arena):
+                h.resident = True
+            _held.pop(id(h), None)
 
 
-def put_back(arena: Arena, run_s: float, keep_bytes: int) -> None:
-    """A run on ``arena`` ended after ``run_s`` seconds: release its pages when refilling them costs at
-    most ``RELEASE_SHARE`` of such a run, else keep them, releasing the least recently used kept arenas
-    (not in use) while the kept arenas of the process pass ``keep_bytes``."""
+def put_back(arena: Arena, run_s: float, keep_bytes: int, *holders) -> None:
+    """A run on ``arena`` (and ``holders``) ended after ``run_s`` seconds. The arena's pages go back to
+    the system when refilling them costs at most ``RELEASE_SHARE`` of such a run; else it is held, as
+    ``holders`` are, and the least recently used holders not in use are shed while what is held over the
+    process passes ``keep_bytes``."""
     with _lock:
-        arena.busy = False
+        arena.busy -= 1
         size = arena.releasable
-        if size >= RELEASE_MIN_BYTES and size * REFAULT_S_PER_BYTE <= RELEASE_SHARE * run_s:
+        if not arena.busy and size >= RELEASE_MIN_BYTES and size * REFAULT_S_PER_BYTE <= RELEASE_SHARE * run_s:
             arena.release()
-            return
-        _kept[id(arena)] = weakref.ref(arena)
-        total, live = 0, []
-        for key, ref in list(_kept.items()):
-            a = ref()
-            if a is None or not a.resident:
-                del _kept[key]
+        else:
+            _held[id(arena)] = weakref.ref(arena)
+        for h in holders:
+            h.busy -= 1
+            _held[id(h)] = weakref.ref(h)
+        live, total = [], 0
+        for key, ref in list(_held.items()):
+            h = ref()
+            n = 0 if h is None else h.held_bytes()
+            if not n:
+                del _held[key]
             else:
-                live.append((key, a))
-                total += a.releasable
-        for key, a in live:
+                live.append((key, h, n))
+                total += n
+        for key, h, n in live:
             if total <= keep_bytes:
                 break
-            if not a.busy and a.release():
-                total -= a.releasable
-                del _kept[key]
+            if not h.busy and h.shed():
+                total -= n
+                del _held[key]
 
 
-def kept_bytes() -> int:
-    """Bytes of workspace memory kept resident between runs, over the process."""
+def held_bytes() -> int:
+    """Bytes held between runs over the process (resident arenas and estimated bound plans)."""
     with _lock:
-        return sum(a.releasable for a in (r() for r in _kept.values()) if a is not None and a.resident)
+        return sum(h.held_bytes() for h in (r() for r in _held.values()) if h is not None)
 
 
 def rss_bytes() -> int:

@@ -41,6 +41,11 @@ from nkihub.simulator.threads import run_on_lanes
 
 # Programs shorter than this replay unbatched: planning would cost more than it saves.
 BATCH_MIN_INSTRUCTIONS = 32
+# Memory a bound step and a batched plan's bookkeeping per instruction hold (Python objects, numpy and
+# torch views; measured on the matmul tutorial at 8192 x 4096 x 8192: 0.08-0.1 GB of steps, 0.07 GB of
+# plan for 39680 instructions), for what the process keeps between runs (``memory.put_back``).
+STEP_BYTES = 2560
+PLAN_BYTES = 2048
 
 
 @contextlib.contextmanager
@@ -121,6 +126,22 @@ def run_steps(steps, instructions, ctx) -> None:
         raise SimulationError(f"{ins.opcode} failed in the simulator: {exc}", loc=ins.loc) from exc
 
 
+def run_direct(rp: "Replay", ws: "_Workspace", ctx) -> None:
+    """Run every instruction's ``execute`` on views of the workspace, made as it goes (the reference's
+    way): a Program's first call, which binding would not pay back before the batched plan replaces it."""
+    i, instructions = 0, rp.program.instructions
+    try:
+        for i, ins in enumerate(instructions):
+            src = {r: ws.view(rp, ap, False) for r, ap in ins.src.items()}
+            dst = {r: ws.view(rp, ap) for r, ap in ins.dst.items()}
+            opdef(ins.opcode).execute(ins, src, dst, ctx)
+    except NkiError:
+        raise
+    except Exception as exc:  # a simulator defect or an unchecked rule: say where
+        ins = instructions[i]
+        raise SimulationError(f"{ins.opcode} failed in the simulator: {exc}", loc=ins.loc) from exc
+
+
 def run_batched(steps, ctx) -> None:
     """Run a batched plan's steps on one lane (its errors are located by the unbatched replay)."""
     for step in steps:
@@ -131,7 +152,7 @@ class _Workspace:
     """Buffers of one Program's tensors in one arena (``simulator.memory``, laid out by ``_Layout``) and
     the steps bound to them (one per instruction, or one per group of ``batches``)."""
 
-    def __init__(self, rp: "Replay", batches: Batches | None = None, lanes: int = 1):
+    def __init__(self, rp: "Replay", batches: Batches | None = None, lanes: int = 1, bound: bool = True):
         lay = rp._layout(batches)
         self.arena = Arena(lay.kept, lay.released)
         self.bufs = [None] * len(rp._specs)
@@ -147,23 +168,32 @@ class _Workspace:
             self.refill(rp)
         self.scratch = Scratch()
         self.batches, self.lanes = batches, lanes
+        self.step_bytes = 0     # estimated memory of the bound steps
         if batches is not None:
             storage = lambda dtype: self.arena.typed(dtype)[lay.storage_offset // np.dtype(dtype).itemsize:]  # noqa: E731
             self.schedule = bind_batches(batches, self.bufs, rp._index, storage, [self.scratch] +
                                          [Scratch() for _ in range(lanes - 1)], bind_step)
             self.steps = self.schedule.steps() if lanes == 1 else None
+            self.step_bytes = STEP_BYTES * self.schedule.bound
             return
         self.lanes = 1
-        self.steps, self.where = [], rp.program.instructions
-        for ins in rp.program.instructions:
-            src = {r: self._view(rp, ap)[None] for r, ap in ins.src.items()}
-            dst = {r: self._view(rp, ap)[None] for r, ap in ins.dst.items()}
-            self.steps.append(bind_step(ins, src, dst, self.scratch))
+        self.steps, self.where = None, rp.program.instructions
+        if bound:
+            self.bind(rp)
 
-    def _view(self, rp: "Replay", ap) -> np.ndarray:
+    def bind(self, rp: "Replay") -> None:
+        """Bind one step per instruction (unbatched)."""
+        steps = []
+        for ins in rp.program.instructions:
+            src = {r: self.view(rp, ap)[None] for r, ap in ins.src.items()}
+            dst = {r: self.view(rp, ap)[None] for r, ap in ins.dst.items()}
+            steps.append(bind_step(ins, src, dst, self.scratch))
+        self.steps, self.step_bytes = steps, STEP_BYTES * len(steps)
+
+    def view(self, rp: "Replay", ap, writeable: bool = True) -> np.ndarray:
         i = rp._index[ap.tensor]
         item = rp._dtypes[i].itemsize
-        return strided(self.bufs[i], ap.offset, ap.shape, tuple(s * item for s, _ in ap.dims))
+        return strided(self.bufs[i], ap.offset, ap.shape, tuple(s * item for s, _ in ap.dims), writeable)
 
     def _load_constants(self, rp: "Replay") -> None:
         for i, spec in enumerate(rp._specs):
@@ -272,6 +302,28 @@ class Replay:
         self._batches: Batches | None | bool = None    # False: tried and not batchable
         self.batch_note = "not tried yet"
         self._lay = (None, None)     # (batches or None, its _Layout)
+        self.busy = 0                # runs in progress (``simulator.memory``)
+
+    def held_bytes(self) -> int:
+        """Estimated memory of the plan and bound steps this engine keeps between runs."""
+        plan = PLAN_BYTES * len(self.program.instructions) if self._batches else 0
+        return plan + sum(ws.step_bytes for ws in self._pool)
+
+    def shed(self) -> bool:
+        """Drop the plan and the workspaces (``simulator.memory`` asks when the process keeps too much
+        between runs): the next call plans and binds again. False when busy."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self.busy:
+                return False
+            self._pool.clear()
+            self._lay = (None, None)
+            if self._batches:
+                self._batches, self.batch_note = None, "plan dropped to free memory; planned again on the next call"
+            return True
+        finally:
+            self._lock.release()
 
     def _layout(self, batches: Batches | None) -> _Layout:
         with self._lock:
@@ -303,6 +355,9 @@ class Replay:
         with self._lock:
             self._calls += 1
             batches = self._batched()
+            # The first call of a Program the batched plan will take over runs unbound (binding costs
+            # about as much as the run it would speed up).
+            bound = batches is not None or self._calls > 1 or self.batch is False or config.batching() == "never"
             # workspaces made before batching was planned, or for another number of lanes, are dropped
             fitting = [w for w in self._pool if w.batches is batches and (batches is None or w.lanes == lanes)]
             ws, self._pool = (fitting[-1], fitting[:-1]) if fitting else (None, [])
@@ -310,8 +365,11 @@ class Replay:
             ws.refill(self)
         if ws is None:
             with _gc_paused():
-                ws = _Workspace(self, batches, lanes)
-        memory.take(ws.arena)
+                ws = _Workspace(self, batches, lanes, bound)
+        elif bound and ws.steps is None and batches is None:
+            with _gc_paused():
+                ws.bind(self)
+        memory.take(ws.arena, self)
         return ws
 
     def run(self, inputs, *, echo_prints: bool = True, ctx: ExecContext | None = None) -> list[np.ndarray]:
@@ -339,7 +397,7 @@ class Replay:
             warnings.warn(f"{self.program.name}: {self.batch_note}", RuntimeWarning, stacklevel=2)
         finally:
             if ws is not None:
-                memory.put_back(ws.arena, time.perf_counter() - t0, config.keep_memory())
+                memory.put_back(ws.arena, time.perf_counter() - t0, config.keep_memory(), self)
                 with self._lock:
                     self._pool.append(ws)
         if config.crosscheck():
@@ -368,6 +426,8 @@ class Replay:
             tasks = [lambda lane=lane: ws.schedule.run_lane(lane, run, ctx) for lane in range(ws.lanes)]
         elif ws.batches is not None:
             tasks = [lambda: run_batched(ws.steps, ctx)]
+        elif ws.steps is None:
+            tasks = [lambda: run_direct(self, ws, ctx)]
         else:
             tasks = [lambda: run_steps(ws.steps, ws.where, ctx)]
         if config.fast_threads() == 0:     # the calling thread, thread pools as they are
