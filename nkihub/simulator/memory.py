@@ -87,7 +87,10 @@ class Arena:
     def __init__(self, kept: int, released: int):
         self.kept = _up(kept, PAGE)
         self.nbytes = self.kept + _up(released, PAGE)
-        self._map = mmap.mmap(-1, max(PAGE, self.nbytes))
+        # private: MADV_DONTNEED frees private anonymous pages (a shared mapping would only unmap them)
+        flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
+        self._map = mmap.mmap(-1, max(PAGE, self.nbytes), flags=flags) if flags else \
+            mmap.mmap(-1, max(PAGE, self.nbytes))
         if self.nbytes >= 4 << 20 and hasattr(mmap, "MADV_HUGEPAGE"):
             # as numpy asks for its own big arrays: transparent huge pages (fewer TLB misses; flash-attn's
             # batched plan ran 2-4% slower on 4 KiB pages)
