@@ -19,7 +19,7 @@ tests and users just set a variable.
   may take; a Program whose renamed writes pass it is planned in windows, one that still does not fit
   twice the budget replays unbatched. Default ``256M``.
 - ``NKIHUB_SIM_KEEP_MEMORY``: bytes of workspace memory the process keeps resident between runs (beyond
-  it the least recently used workspaces hand their pages back; their bound steps stay). Default ``512M``.
+  it the least recently used engines hand back their workspaces' pages, then their plans). Default ``256M``.
 - ``NKIHUB_SIM_REASSOCIATE``: ``1`` allows optimisations that change the order of fp32 sums (a whole
   PSUM accumulation group as one GEMM): faster, within fp32 rounding of the reference but no longer
   bit-identical to it. Default ``0``.
@@ -114,5 +114,5 @@ def batch_memory() -> int:
 
 def keep_memory() -> int:
     """Bytes of workspace memory kept resident between runs over the process (``NKIHUB_SIM_KEEP_MEMORY``,
-    default 512 MiB)."""
-    return _bytes("NKIHUB_SIM_KEEP_MEMORY", 512 << 20)
+    default 256 MiB)."""
+    return _bytes("NKIHUB_SIM_KEEP_MEMORY", 256 << 20)

@@ -239,6 +239,11 @@ class Dataflow:
         self._wlev: dict[str, np.ndarray] = {}
         self._rlev: dict[str, np.ndarray] = {}
         written = {ap.tensor for ins in program.instructions for ap in ins.dst.values()}
+        last_use = {}       # renamed tensor -> last instruction touching it: its bookkeeping goes then
+        for i, ins in enumerate(program.instructions):
+            for ap in (*ins.src.values(), *ins.dst.values()):
+                if ap.tensor in self.renamed:
+                    last_use[ap.tensor] = i
         ordered_level = -1
         # Windows (``window_bytes``): once the renamed writes of the current window pass the budget, the
         # next instruction opens a window whose instructions all come after the levels so far, so the
@@ -295,6 +300,10 @@ class Dataflow:
             self.src_plans.append(src_plans)
             self.old_plans.append(old_plans)
             self.dst_events.append(events)
+            for ap in (*ins.src.values(), *ins.dst.values()):
+                if last_use.get(ap.tensor) == i:
+                    for table in (self._ev, self._writes, self._applied):
+                        table.pop(ap.tensor, None)
         self._drop_copies()
         self._ev = self._writes = self._wlev = self._rlev = self._copies = self._clean = None
 
