@@ -26,6 +26,7 @@ into SBUF, and attention's matmuls read transposed probabilities from PSUM.
 """
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, replace
 
@@ -178,6 +179,11 @@ def _columns(ap: AccessPattern, width: int) -> np.ndarray:
     return cols
 
 
+@functools.lru_cache(maxsize=1024)     # a write's columns are asked for by each of its readers
+def _column_set(ap: AccessPattern, width: int) -> frozenset:
+    return frozenset(_columns(ap, width).tolist())
+
+
 def _column_range(ap: AccessPattern, width: int):
     """``(first, end)`` when the columns ``ap`` touches in a row are exactly ``first:end``, else None."""
     step, first = 1, ap.offset % width
@@ -203,7 +209,7 @@ def _contains(outer: AccessPattern, inner: AccessPattern, width: int) -> bool:
         lo = inner.offset % width + sum(min(0, s * (n - 1)) for s, n in inner.dims[1:])
         hi = inner.offset % width + sum(max(0, s * (n - 1)) for s, n in inner.dims[1:])
         return span[0] <= lo and hi < span[1]
-    return bool(np.isin(_columns(inner, width), _columns(outer, width)).all())
+    return _column_set(outer, width).issuperset(_columns(inner, width).tolist())
 
 
 def _view(arr: np.ndarray, ap: AccessPattern) -> np.ndarray:
