@@ -3,14 +3,19 @@
 ``Replay`` has the interface of the reference ``executor.Executor`` and gives the same bits. What it does
 differently, measured on the library kernels (see docs/simulator.md):
 
-- **Bound once.** A workspace holds a buffer for every tensor, inputs and outputs included (inputs are
-  copied in, outputs copied out), so every operand view is built once. Each instruction becomes a step:
-  its row's ``bind`` (``simulator.isa.fast``) resolves views, broadcasts, fp32 work arrays and ALU
-  functions at bind time; a row without a bind runs its ``execute`` on the bound views.
+- **Bound once.** A workspace holds the buffers of the tensors, inputs and outputs included (inputs are
+  copied in, outputs copied out), in one arena laid out by liveness (``simulator.memory``), so every
+  operand view is built once. Each instruction becomes a step: its row's ``bind``
+  (``simulator.isa.fast``) resolves views, broadcasts, fp32 work arrays and ALU functions at bind time; a
+  row without a bind runs its ``execute`` on the bound views. A Program's first call runs unbound (the
+  rows' ``execute`` on views made as it goes): the batched plan replaces the steps on the next call.
 - **Fast exact casts** (``simulator.convert``) and one ``np.errstate`` per run instead of one per call.
 - **Batched** (from the second call, ``simulator.batching``): independent same-shaped instructions
   run as one stacked operation, shared at run time between two lanes (``simulator.schedule``,
-  ``simulator.threads``).
+  ``simulator.threads``); in windows when the renamed storage would pass ``NKIHUB_SIM_BATCH_MEMORY``.
+- **Memory returned.** After a run, an arena whose pages cost little to fault in again next to the run
+  hands them back; what the process keeps between runs (arenas, plans, steps) is capped by
+  ``NKIHUB_SIM_KEEP_MEMORY``, least recently used first (``simulator.memory``).
 
 ``executor_for`` picks the engine named by ``NKIHUB_SIM_ENGINE`` (``simulator.config``).
 """
