@@ -392,6 +392,7 @@ class Replay:
                 raise
             # Replay instruction by instruction: it locates a kernel error precisely, and a defect of
             # the batched plan must not cost the user a result (then it is reported as a warning).
+            memory.put_back(ws.arena, 0.0, config.keep_memory(), self)
             ws = None
             with self._lock:
                 self._batches, self.batch_note = False, f"batched replay failed ({exc!r}); replaying unbatched"

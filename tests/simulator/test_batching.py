@@ -3,6 +3,8 @@ pass NKIHUB_SIM_BATCH_MEMORY, the unbatched replay when even windows do not fit,
 every case."""
 from __future__ import annotations
 
+import dataclasses
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from nkihub.simulator import config
 from nkihub.simulator.batching import plan_batches, renamed_write_bytes
 from nkihub.simulator.dataflow import NotBatchable
 from nkihub.simulator.executor import Executor
+from nkihub.simulator.isa import OPS
 from nkihub.simulator.replay import Replay
 
 P, N = 128, 512
@@ -127,3 +130,23 @@ def test_a_first_call_runs_unbound_on_memory_shared_by_liveness(compiled, monkey
     assert fast._layout(None).released < hbm + internal / 4
     assert _same(fast.run(args), want) and fast._pool[0].steps is None and fast.held_bytes() == 0
     assert _same(fast.run(args), want) and fast.batch_note == "batched"
+
+
+def test_a_failed_batched_run_leaves_the_engine_free_to_be_shed(monkeypatch):
+    args = _args()
+    ck = blocked_matmul.specialize(*args)
+
+    good = OPS["activation"].bind
+
+    def broken(ins, src, dst, scratch):     # fails on stacked members only
+        if dst["dst"].shape[0] == 1:
+            return good(ins, src, dst, scratch)
+
+        def step(ctx):
+            raise RuntimeError("a defect of the batched plan")
+        return step
+    monkeypatch.setitem(OPS, "activation", dataclasses.replace(OPS["activation"], bind=broken))
+    fast = Replay(ck.program, ck.target, checked=True, batch=True)
+    with pytest.warns(RuntimeWarning, match="replaying unbatched"):
+        fast.run(args)
+    assert fast.busy == 0 and all(ws.arena.busy == 0 for ws in fast._pool)
