@@ -181,16 +181,15 @@ def table(rows: list[dict]) -> str:
             f"{'replay s':>9}{'cpu 1st':>8}{'cpu 2nd':>8}{'cpu rep':>8}{'peak GB':>8}{'sim GB':>7}{'bound':>7}")
     lines = [head, "-" * len(head)]
     for r in rows:
+        name = label(r["case"], tuple(r["size"]) if isinstance(r["size"], list) else r["size"])
         if "error" in r:
-            lines.append(f"{r['case']:7}{label(r['case'], tuple(r['size']) if isinstance(r['size'], list) else r['size']):>20}"
-                         f"{r['engine']:>10}  error: {r['error']}")
+            lines.append(f"{r['case']:7}{name:>20}{r['engine']:>10}  error: {r['error']}")
             continue
         (w1, c1), (w2, c2), (w3, c3) = r["calls"]
         sim = (r["peak_rss"] - r["base_rss"]) / GIB
         ok = "ok" if r["peak_rss"] - r["base_rss"] <= bound(r) else "OVER"
-        lines.append(f"{r['case']:7}{label(r['case'], tuple(r['size']) if isinstance(r['size'], list) else r['size']):>20}"
-                     f"{r['engine']:>10}{r['instructions']:>8}{r['hbm_bytes'] / 1e6:>8.0f}{r['trace'][0]:>9.2f}"
-                     f"{w1:>8.2f}{w2:>8.2f}{w3:>9.2f}{c1:>8.2f}{c2:>8.2f}{c3:>8.2f}{r['peak_rss'] / GIB:>8.2f}"
+        lines.append(f"{r['case']:7}{name:>20}{r['engine']:>10}{r['instructions']:>8}{r['hbm_bytes'] / 1e6:>8.0f}"
+                     f"{r['trace'][0]:>9.2f}{w1:>8.2f}{w2:>8.2f}{w3:>9.2f}{c1:>8.2f}{c2:>8.2f}{c3:>8.2f}{r['peak_rss'] / GIB:>8.2f}"
                      f"{sim:>7.2f}{ok:>7}")
     lines.append("1st: first call (the fast engine runs it unbound); 2nd: second call (the fast engine plans and binds "
                  "its batched schedule); replay: third call; wall seconds, then CPU seconds of all threads. peak: "
@@ -203,7 +202,8 @@ def table(rows: list[dict]) -> str:
 def exponents(rows: list[dict]) -> tuple[str, dict]:
     good = [r for r in rows if "error" not in r]
     out, lines = {}, []
-    head = f"{'case':7}{'engine':>10}{'sizes':>6}{'work span':>10}{'trace':>7}{'1st':>7}{'replay':>7}{'cpu rep':>8}{'sim mem':>8}"
+    head = (f"{'case':7}{'engine':>10}{'sizes':>6}{'work span':>10}{'trace':>7}{'1st':>7}{'replay':>7}{'cpu rep':>8}"
+            f"{'sim mem':>8}")
     lines += [head, "-" * len(head)]
     for case in dict.fromkeys(r["case"] for r in good):
         for engine in dict.fromkeys(r["engine"] for r in good if r["case"] == case):

@@ -29,7 +29,6 @@ from nkihub.simulator.memory import pack
 from nkihub.simulator.schedule import Schedule
 
 
-
 @dataclass
 class Group:
     """Instructions run as one step: ``members`` (instruction indices, program order) of one level."""
@@ -79,10 +78,10 @@ def renamed_write_bytes(program) -> int:
 def plan_batches(program, budget: int | None = None) -> Batches:
     """Group ``program``'s instructions and lay out their storage (raises ``NotBatchable``).
 
-    ``budget``: bytes the renamed storage may take. A program is planned whole when its storage fits (tried
-    when its renamed writes are at most 4x the budget: storage reused by liveness is often a third of
-    them), else in windows of a quarter of the budget of writes (``dataflow.Dataflow``); one whose storage still
-    passes twice the budget (what it holds on chip across the cuts) is not batched."""
+    ``budget``: bytes the renamed storage may take. A program is planned whole when its storage fits
+    (tried when its renamed writes are at most 4x the budget: storage reused by liveness is often a third
+    of them), else in windows of a quarter of the budget of writes (``dataflow.Dataflow``); one whose
+    storage still passes twice the budget (what it holds on chip across the cuts) is not batched."""
     if budget is None or renamed_write_bytes(program) <= 4 * budget:
         b = _plan(program, Dataflow(program))
         if budget is None or b.storage_bytes <= budget:

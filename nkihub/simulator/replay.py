@@ -175,7 +175,8 @@ class _Workspace:
         self.batches, self.lanes = batches, lanes
         self.step_bytes = 0     # estimated memory of the bound steps
         if batches is not None:
-            storage = lambda dtype: self.arena.typed(dtype)[lay.storage_offset // np.dtype(dtype).itemsize:]  # noqa: E731
+            def storage(dtype):
+                return self.arena.typed(dtype)[lay.storage_offset // np.dtype(dtype).itemsize:]
             self.schedule = bind_batches(batches, self.bufs, rp._index, storage, [self.scratch] +
                                          [Scratch() for _ in range(lanes - 1)], bind_step)
             self.steps = self.schedule.steps() if lanes == 1 else None
