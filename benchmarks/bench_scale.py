@@ -73,8 +73,12 @@ def label(case: str, size) -> str:
 
 # -- child: one (case, size, engine) ---------------------------------------------------------------------
 def _rss() -> int:
-    from nkihub.simulator.memory import rss_bytes
-    return rss_bytes()
+    """Resident bytes of this process now (Linux)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _bf16(shape, seed, scale=1.0):
@@ -162,7 +166,8 @@ def bound(r: dict) -> float:
     NKIHUB_SIM_BATCH_MEMORY (the batched plan's storage), plus 12 KB per instruction (the Program, its plan
     and bound steps), plus 0.1 GiB."""
     from nkihub.simulator import config
-    return 3 * r["hbm_bytes"] + 2 * config.batch_memory() + 12_000 * r["instructions"] + 0.1 * GIB
+    budget = config.batch_memory() if hasattr(config, "batch_memory") else 256 << 20   # (older trees)
+    return 3 * r["hbm_bytes"] + 2 * budget + 12_000 * r["instructions"] + 0.1 * GIB
 
 
 def fit(xs, ys) -> float | None:
