@@ -156,33 +156,45 @@ def take(*holders) -> None:
 def put_back(arena: Arena, run_s: float, keep_bytes: int, *holders) -> None:
     """A run on ``arena`` (and ``holders``) ended after ``run_s`` seconds. The arena's pages go back to
     the system when refilling them costs at most ``RELEASE_SHARE`` of such a run; else it is held, as
-    ``holders`` are, and the least recently used holders not in use are shed while what is held over the
-    process passes ``keep_bytes``."""
+    ``holders`` are (``done``)."""
     with _lock:
-        arena.busy -= 1
         size = arena.releasable
-        if not arena.busy and size >= RELEASE_MIN_BYTES and size * REFAULT_S_PER_BYTE <= RELEASE_SHARE * run_s:
+        if arena.busy == 1 and size >= RELEASE_MIN_BYTES and size * REFAULT_S_PER_BYTE <= RELEASE_SHARE * run_s:
             arena.release()
+            arena.busy -= 1
         else:
-            _held[id(arena)] = weakref.ref(arena)
-        for h in holders:
-            h.busy -= 1
-            _held[id(h)] = weakref.ref(h)
-        live, total = [], 0
-        for key, ref in list(_held.items()):
-            h = ref()
-            n = 0 if h is None else h.held_bytes()
-            if not n:
-                del _held[key]
-            else:
-                live.append((key, h, n))
-                total += n
-        for key, h, n in live:
-            if total <= keep_bytes:
-                break
-            if not h.busy and h.shed():
-                total -= n
-                del _held[key]
+            holders = (arena, *holders)
+        _done(keep_bytes, holders)
+
+
+def done(keep_bytes: int, *holders) -> None:
+    """A run using ``holders`` ended: they are held as the most recently used, and the least recently used
+    holders not in use (never these) are shed while what is held over the process passes ``keep_bytes``:
+    so several large kernels in one process peak near the largest, not the sum."""
+    with _lock:
+        _done(keep_bytes, holders)
+
+
+def _done(keep_bytes: int, holders) -> None:
+    for h in holders:
+        h.busy -= 1
+        _held[id(h)] = weakref.ref(h)
+    mine = {id(h) for h in holders}
+    live, total = [], 0
+    for key, ref in list(_held.items()):
+        h = ref()
+        n = 0 if h is None else h.held_bytes()
+        if not n:
+            del _held[key]
+        else:
+            live.append((key, h, n))
+            total += n
+    for key, h, n in live:
+        if total <= keep_bytes:
+            break
+        if key not in mine and not h.busy and h.shed():
+            total -= n
+            del _held[key]
 
 
 def held_bytes() -> int:

@@ -48,7 +48,7 @@ from nkihub.simulator.threads import run_on_lanes
 BATCH_MIN_INSTRUCTIONS = 32
 # Memory a bound step and a batched plan's bookkeeping per instruction hold (Python objects, numpy and
 # torch views; measured on the matmul tutorial at 8192 x 4096 x 8192: 0.08-0.1 GB of steps, 0.07 GB of
-# plan for 39680 instructions), for what the process keeps between runs (``memory.put_back``).
+# plan for 39680 instructions), for what the process keeps between runs (``memory.done``).
 STEP_BYTES = 2560
 PLAN_BYTES = 2048
 
