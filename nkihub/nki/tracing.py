@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from nkihub.simulator.errors import KernelRuleError, SourceLoc
 from nkihub.simulator.program import AccessPattern, Instruction, LoopInfo, Program, TensorSpec
@@ -69,6 +70,42 @@ def require(what: str) -> "Builder":
     return b
 
 
+class _Marks:
+    """One flag per element of a PSUM tile, kept as one value while every element has it (a long kernel
+    makes thousands of tiles that are written whole: a flag array each held 0.5 GB for the matmul
+    tutorial at 8192 x 4096 x 8192)."""
+
+    __slots__ = ("size", "value", "array")
+
+    def __init__(self, size: int):
+        self.size, self.value, self.array = size, False, None
+
+    def _covers(self, ap: AccessPattern) -> bool:
+        if ap.size != self.size:
+            return False
+        span = 1
+        for stride, n in sorted(ap.dims):
+            if n > 1:
+                if stride != span:
+                    return False
+                span *= n
+        return ap.offset == 0
+
+    def set(self, ap: AccessPattern, value: bool) -> None:
+        if self._covers(ap):
+            self.value, self.array = value, None
+            return
+        if self.array is None:
+            self.array = np.full(self.size, self.value, dtype=bool)
+        as_strided(self.array[ap.offset:], ap.shape, tuple(s for s, _ in ap.dims))[...] = value
+
+    def any(self, ap: AccessPattern) -> bool:
+        if self.array is None:
+            return self.value and ap.size > 0
+        return bool(as_strided(self.array[ap.offset:], ap.shape, tuple(s for s, _ in ap.dims),
+                               writeable=False).any())
+
+
 class Builder:
     """Records tensors, loops and instructions of one kernel trace into a ``Program``."""
 
@@ -77,8 +114,8 @@ class Builder:
         self.target = target
         self.loop_stack: list[tuple[int, int]] = []
         self._names: dict[str, int] = {}
-        self._psum_by_matmul: dict[str, np.ndarray] = {}
-        self._psum_written: dict[str, np.ndarray] = {}
+        self._psum_by_matmul: dict[str, _Marks] = {}
+        self._psum_written: dict[str, _Marks] = {}
         self._psum_zeroed: dict[str, np.ndarray] = {}   # PSUM element -> index in _zeroers, or -1
         self._zeroers: list[list] = []                   # [memset instruction, elements not yet overwritten]
         self.program_ids: tuple[int, ...] = ()
@@ -191,17 +228,15 @@ class Builder:
 
     # PSUM accumulation auto-detection (nc_matmul accumulate=None): the first matmul write to a PSUM
     # location overwrites; later matmul writes accumulate; any other write ends the group.
-    def _flags(self, name: str, table: dict | None = None) -> np.ndarray:
+    def _marks(self, name: str, table: dict | None = None) -> "_Marks":
         table = self._psum_by_matmul if table is None else table
-        if name not in table:
-            table[name] = np.zeros(self.program.tensors[name].size, dtype=bool)
-        return table[name]
+        marks = table.get(name)
+        if marks is None:
+            marks = table[name] = _Marks(self.program.tensors[name].size)
+        return marks
 
     def _any(self, ap: AccessPattern, table: dict) -> bool:
-        from numpy.lib.stride_tricks import as_strided
-        flags = self._flags(ap.tensor, table)
-        view = as_strided(flags[ap.offset:], ap.shape, tuple(s for s, _ in ap.dims), writeable=False)
-        return bool(view.any())
+        return self._marks(ap.tensor, table).any(ap)
 
     def forget_psum(self, name: str) -> None:
         """Drop the PSUM bookkeeping of a tile no instruction writes any more (a matmul's fresh result tile
@@ -222,7 +257,6 @@ class Builder:
         return self._any(ap, self._psum_written) if logical is None else logical
 
     def _track_psum(self, ins: Instruction) -> None:
-        from numpy.lib.stride_tricks import as_strided
         from nkihub.nki import placement
         placement.note_writes(self, ins)
         for ap in ins.src.values():
@@ -231,11 +265,8 @@ class Builder:
         for ap in ins.dst.values():
             if self.program.tensors[ap.tensor].buffer != "psum":
                 continue
-            flags = self._flags(ap.tensor)
-            view = as_strided(flags[ap.offset:], ap.shape, tuple(s for s, _ in ap.dims))
-            view[...] = ins.opcode in ("nc_matmul", "nc_matmul_mx")
-            written = self._flags(ap.tensor, self._psum_written)
-            as_strided(written[ap.offset:], ap.shape, tuple(s for s, _ in ap.dims))[...] = True
+            self._marks(ap.tensor).set(ap, ins.opcode in ("nc_matmul", "nc_matmul_mx"))
+            self._marks(ap.tensor, self._psum_written).set(ap, True)
             self._fold_zero_init(ins, ap)
 
     # PSUM zero-initialisation folded into the matmuls: ``nl.zeros(..., buffer=nl.psum)`` then matmuls into

@@ -21,13 +21,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nkihub.simulator.dataflow import Dataflow, NotBatchable, ReadPlan, storage_span
+from nkihub.simulator.dataflow import Dataflow, NotBatchable, ReadPlan, new_storage_bytes, storage_span
 from nkihub.simulator.isa import opdef
+from nkihub.simulator.isa.base import dst_reads
 from nkihub.simulator.isa.fast import Scratch
+from nkihub.simulator.memory import pack
 from nkihub.simulator.schedule import Schedule
-
-# Renamed storage beyond this many bytes (per workspace) is not worth it: replay unbatched.
-MAX_STORAGE_BYTES = 1 << 30
 
 
 @dataclass
@@ -45,9 +44,11 @@ class Batches:
     program: object
     dataflow: Dataflow
     groups: list = field(default_factory=list)
-    # (group index, role) -> (slot, dtype, parts, span); slots are byte arrays shared by dead storages
+    # (group index, role) -> (unit, dtype, parts, span); a unit's bytes start at unit_offsets[unit] of
+    # storage_bytes laid out by liveness (``memory.pack``): units dead by then share them
     storage: dict = field(default_factory=dict)
-    slot_bytes: list = field(default_factory=list)
+    unit_offsets: list = field(default_factory=list)
+    storage_bytes: int = 0
     where: dict = field(default_factory=dict)     # event id -> (group index, role, member)
     inplace: set = field(default_factory=set)     # (group, role) updating its source's storage in place
     init_read: set = field(default_factory=set)   # on-chip tensors whose initial contents are read
@@ -64,9 +65,35 @@ def _signature(ins, program, level: int, renamed: set):
             ops(ins.src), ops(ins.dst))
 
 
-def plan_batches(program) -> Batches:
-    """Group ``program``'s instructions and lay out their storage (raises ``NotBatchable``)."""
-    df = Dataflow(program)
+def renamed_write_bytes(program) -> int:
+    """Bytes the renamed writes of ``program`` would take with no storage reused (an accumulation onto
+    its destination updates it in place): what a plan in one window may need at most."""
+    total = 0
+    for ins in program.instructions:
+        back = dst_reads(opdef(ins.opcode), ins)
+        total += sum(new_storage_bytes(program, ap) for role, ap in ins.dst.items() if role not in back)
+    return total
+
+
+def plan_batches(program, budget: int | None = None) -> Batches:
+    """Group ``program``'s instructions and lay out their storage (raises ``NotBatchable``).
+
+    ``budget``: bytes the renamed storage may take. A program is planned whole when its storage fits
+    (tried when its renamed writes are at most 4x the budget: storage reused by liveness is often a third
+    of them), else in windows of a quarter of the budget of writes (``dataflow.Dataflow``); one whose
+    storage still passes twice the budget (what it holds on chip across the cuts) is not batched."""
+    if budget is None or renamed_write_bytes(program) <= 4 * budget:
+        b = _plan(program, Dataflow(program))
+        if budget is None or b.storage_bytes <= budget:
+            return b
+    b = _plan(program, Dataflow(program, max(1, budget // 4)))
+    if b.storage_bytes > 2 * budget:
+        raise NotBatchable(f"renamed storage of {b.storage_bytes >> 20} MiB passes twice the budget of "
+                           f"{budget >> 20} MiB (NKIHUB_SIM_BATCH_MEMORY)")
+    return b
+
+
+def _plan(program, df: Dataflow) -> Batches:
     by_sig: dict = {}
     for i, ins in enumerate(program.instructions):
         if i in df.dropped:     # a folded copy: its readers read its source
@@ -95,13 +122,8 @@ def plan_batches(program) -> Batches:
                     last_read[(gi, role)] = max(last_read.get((gi, role), -1), g.level)
                 else:
                     b.init_read.add(df.events[e].tensor)
-    free: dict = {}         # nbytes -> [slot]
-    busy: dict = {}         # slot -> level after which it is free
-    total = 0
+    units: list = []        # [first level, last level, bytes] of each unit of storage
     for gi, g in enumerate(groups):
-        for slot, lv in [x for x in busy.items() if x[1] < g.level]:
-            free.setdefault(b.slot_bytes[slot], []).append(slot)
-            del busy[slot]
         ins = program.instructions[g.members[0]]
         for role, e0 in df.dst_events[g.members[0]].items():
             ev = df.events[e0]
@@ -110,19 +132,13 @@ def plan_batches(program) -> Batches:
             if alias is not None:     # read-modify-write of a value nothing else reads: update in place
                 b.storage[(gi, role)] = b.storage[alias]
                 b.inplace.add((gi, role))
-                slot = b.storage[alias][0]
-                busy[slot] = max(busy[slot], last_read.get((gi, role), g.level))
+                unit = units[b.storage[alias][0]]
+                unit[1] = max(unit[1], last_read.get((gi, role), g.level))
                 continue
-            nbytes = len(g.members) * ev.parts * ev.span * dtype.itemsize
-            slot = free.get(nbytes, []).pop() if free.get(nbytes) else None
-            if slot is None:
-                slot = len(b.slot_bytes)
-                b.slot_bytes.append(nbytes)
-                total += nbytes
-                if total > MAX_STORAGE_BYTES:
-                    raise NotBatchable(f"renamed storage exceeds {MAX_STORAGE_BYTES} bytes")
-            b.storage[(gi, role)] = (slot, dtype, ev.parts, ev.span)
-            busy[slot] = last_read.get((gi, role), g.level)
+            b.storage[(gi, role)] = (len(units), dtype, ev.parts, ev.span)
+            units.append([g.level, last_read.get((gi, role), g.level),
+                          len(g.members) * ev.parts * ev.span * dtype.itemsize])
+    b.unit_offsets, b.storage_bytes = pack(units)
     return b
 
 
@@ -241,19 +257,19 @@ def _mirror(k: int, ap, dtype, scratch: Scratch, key) -> np.ndarray:
 class _Binder:
     """Binds the groups of a ``Batches`` to one workspace's buffers."""
 
-    def __init__(self, b: Batches, bufs: list, index: dict):
+    def __init__(self, b: Batches, bufs: list, index: dict, storage):
         self.b, self.bufs, self.index = b, bufs, index
-        self.slots = [np.empty(n, np.uint8) for n in b.slot_bytes]
+        self._storage = storage     # dtype -> the storage bytes as one flat array of that dtype
         self._typed: dict = {}
 
-    def storage(self, gi: int, role: str) -> np.ndarray:
-        """The flat typed array of a group's storage (one object per slot and dtype, so views of it are
-        recognised as views of one buffer when stacking)."""
-        slot, dtype, _, _ = self.b.storage[(gi, role)]
-        arr = self._typed.get((slot, dtype))
+    def storage(self, gi: int, role: str):
+        """(flat typed array, element offset) of a group's storage: one array object per dtype, so views
+        of it are recognised as views of one buffer when stacking."""
+        unit, dtype, _, _ = self.b.storage[(gi, role)]
+        arr = self._typed.get(dtype)
         if arr is None:
-            arr = self._typed[(slot, dtype)] = self.slots[slot].view(dtype)
-        return arr
+            arr = self._typed[dtype] = self._storage(dtype)
+        return arr, self.b.unit_offsets[unit] // dtype.itemsize
 
     def event_buffer(self, e: int):
         """(flat buffer, element offset of the event's storage) of event ``e``."""
@@ -262,7 +278,8 @@ class _Binder:
             return self.bufs[self.index[ev.tensor]], 0
         gi, role, j = self.b.where[e]
         _, _, parts, span = self.b.storage[(gi, role)]
-        return self.storage(gi, role), j * parts * span
+        arr, off = self.storage(gi, role)
+        return arr, off + j * parts * span
 
     def read(self, plans: list, aps: list, dtype, scratch: Scratch, key):
         """``(array, copies)``: the stacked operand and the copies that fill it before the step (into a
@@ -357,13 +374,14 @@ def _chunk(b: Batches, g: Group) -> int:
     return max(1, min(len(inss), CHUNK_ELEMENTS // max(1, _member_elements(inss[0]))))
 
 
-def bind_batches(b: Batches, bufs: list, index: dict, scratches: list, bind_step) -> Schedule:
+def bind_batches(b: Batches, bufs: list, index: dict, storage, scratches: list, bind_step) -> Schedule:
     """The ``Schedule`` of the groups of ``b`` on the workspace buffers ``bufs`` (``index``: tensor name
-    -> buffer index), for one lane per scratch in ``scratches``: steps compiled with
+    -> buffer index) and ``storage`` (dtype -> the renamed storage's ``b.storage_bytes`` bytes as a flat
+    array of that dtype), for one lane per scratch in ``scratches``: steps compiled with
     ``bind_step(ins, src, dst, scratch)``, level by level. Groups are cut into chunks (``_chunk``); a
     level's chunks go to the schedule biggest first by an estimate of their cost (elements touched plus
     a fixed cost per step), which binds each for the lanes that may run it."""
-    binder = _Binder(b, bufs, index)
+    binder = _Binder(b, bufs, index, storage)
     lanes = len(scratches)
     schedule = Schedule(lanes)
     by_level: dict = {}
@@ -398,6 +416,9 @@ class _Counted:
     def new(self, *args, **kwargs) -> np.ndarray:
         self.uses += 1
         return self.scratch.new(*args, **kwargs)
+
+    def caster(self, *args):
+        return self.scratch.caster(*args)
 
 
 def _lane_binder(b: Batches, binder: "_Binder", items: list, scratches: list, bind_step):
@@ -434,7 +455,8 @@ def _bind_group(b: Batches, binder: "_Binder", gi: int, a: int, z: int, scratch:
         back = role in df.old_plans[members[0]]
         if role in df.dst_events[members[0]]:
             _, _, parts, span = b.storage[(gi, role)]
-            arr = _Stack.view(binder.storage(gi, role), a * parts * span, (k, *ap.shape),
+            flat, base = binder.storage(gi, role)
+            arr = _Stack.view(flat, base + a * parts * span, (k, *ap.shape),
                               (parts * span, span, *(s for s, _ in ap.dims[1:])))
             if back and (gi, role) not in b.inplace:
                 pre += binder.fill(arr, [df.old_plans[i][role] for i in members])

@@ -15,6 +15,11 @@ tests and users just set a variable.
 - ``NKIHUB_SIM_CROSSCHECK``: ``1`` runs every fast-engine run on the reference executor too and raises
   ``SimulationError`` unless both give the same bits (the test suite sets it for the tutorials and the
   library kernels). Default ``0``.
+- ``NKIHUB_SIM_BATCH_MEMORY``: bytes (``K``/``M``/``G`` suffixes) the renamed storage of a batched plan
+  may take; a Program whose renamed writes pass it is planned in windows, one that still does not fit
+  twice the budget replays unbatched. Default ``256M``.
+- ``NKIHUB_SIM_KEEP_MEMORY``: bytes of workspace memory the process keeps resident between runs (beyond
+  it the least recently used engines hand back their workspaces' pages, then their plans). Default ``256M``.
 - ``NKIHUB_SIM_REASSOCIATE``: ``1`` allows optimisations that change the order of fp32 sums (a whole
   PSUM accumulation group as one GEMM): faster, within fp32 rounding of the reference but no longer
   bit-identical to it. Default ``0``.
@@ -84,3 +89,30 @@ def crosscheck() -> bool:
 def reassociate() -> bool:
     """Whether optimisations that change fp32 summation order are allowed (``NKIHUB_SIM_REASSOCIATE``)."""
     return _flag("NKIHUB_SIM_REASSOCIATE", False)
+
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def _bytes(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip().lower().removesuffix("b").removesuffix("i")
+    if not value:
+        return default
+    try:
+        n = float(value[:-1]) * _UNITS[value[-1]] if value[-1] in _UNITS else float(value)
+    except (ValueError, KeyError):
+        n = -1
+    if n < 0:
+        raise ValueError(f"{name} must be a number of bytes (suffix K, M or G), got {os.environ[name]!r}")
+    return int(n)
+
+
+def batch_memory() -> int:
+    """Bytes the renamed storage of a batched plan may take (``NKIHUB_SIM_BATCH_MEMORY``, default 256 MiB)."""
+    return _bytes("NKIHUB_SIM_BATCH_MEMORY", 256 << 20)
+
+
+def keep_memory() -> int:
+    """Bytes of workspace memory kept resident between runs over the process (``NKIHUB_SIM_KEEP_MEMORY``,
+    default 256 MiB)."""
+    return _bytes("NKIHUB_SIM_KEEP_MEMORY", 256 << 20)

@@ -26,6 +26,7 @@ into SBUF, and attention's matmuls read transposed probabilities from PSUM.
 """
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, replace
 
@@ -108,6 +109,14 @@ def storage_span(ap: AccessPattern) -> int:
     return span
 
 
+def new_storage_bytes(program: Program, ap: AccessPattern) -> int:
+    """Bytes of renamed storage a write through ``ap`` takes (0 when its tensor is not renamed)."""
+    spec = program.tensors[ap.tensor]
+    if not (spec.on_chip and spec.kind == "internal" and ap.dims):
+        return 0
+    return ap.dims[0][1] * storage_span(ap) * spec.np_dtype.itemsize
+
+
 def _distinct(ap: AccessPattern) -> bool:
     span = 1
     for stride, size in sorted(ap.dims, key=lambda d: d[0]):
@@ -170,6 +179,11 @@ def _columns(ap: AccessPattern, width: int) -> np.ndarray:
     return cols
 
 
+@functools.lru_cache(maxsize=1024)     # a write's columns are asked for by each of its readers
+def _column_set(ap: AccessPattern, width: int) -> frozenset:
+    return frozenset(_columns(ap, width).tolist())
+
+
 def _column_range(ap: AccessPattern, width: int):
     """``(first, end)`` when the columns ``ap`` touches in a row are exactly ``first:end``, else None."""
     step, first = 1, ap.offset % width
@@ -195,7 +209,7 @@ def _contains(outer: AccessPattern, inner: AccessPattern, width: int) -> bool:
         lo = inner.offset % width + sum(min(0, s * (n - 1)) for s, n in inner.dims[1:])
         hi = inner.offset % width + sum(max(0, s * (n - 1)) for s, n in inner.dims[1:])
         return span[0] <= lo and hi < span[1]
-    return bool(np.isin(_columns(inner, width), _columns(outer, width)).all())
+    return _column_set(outer, width).issuperset(_columns(inner, width).tolist())
 
 
 def _view(arr: np.ndarray, ap: AccessPattern) -> np.ndarray:
@@ -208,7 +222,7 @@ class Dataflow:
     """Levels, events and read plans of a Program (see the module docstring). Raises
     :class:`NotBatchable` for what the renaming does not model."""
 
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, window_bytes: int | None = None):
         self.program = program
         tensors = program.tensors
         if any(getattr(s, "alias_of", None) is not None for s in tensors.values()):
@@ -224,7 +238,6 @@ class Dataflow:
         self._copies: dict[int, tuple] = {}     # destination event of a foldable copy -> (copy, src plan,
         #                                         dst ap, src ap, "exact" or "widened")
         self._clean: set[int] = set()           # events holding canonical bf16 values only (maybe widened)
-        self._wins: dict[str, np.ndarray] = {}  # per written HBM tensor: last instruction writing each element
         self._ev: dict[str, np.ndarray] = {}       # event per element, made when a read needs it
         self._writes: dict[str, list] = {}          # per renamed tensor: (ap, event, box) in order
         self._applied: dict[str, int] = {}          # writes already applied to _ev
@@ -232,8 +245,19 @@ class Dataflow:
         self._wlev: dict[str, np.ndarray] = {}
         self._rlev: dict[str, np.ndarray] = {}
         written = {ap.tensor for ins in program.instructions for ap in ins.dst.values()}
-        ordered_level = -1
+        last_use = {}       # renamed tensor -> last instruction touching it: its bookkeeping goes then
         for i, ins in enumerate(program.instructions):
+            for ap in (*ins.src.values(), *ins.dst.values()):
+                if ap.tensor in self.renamed:
+                    last_use[ap.tensor] = i
+        ordered_level = -1
+        # Windows (``window_bytes``): once the renamed writes of the current window pass the budget, the
+        # next instruction opens a window whose instructions all come after the levels so far, so the
+        # storage live at once stays near the budget plus what the program holds on chip across the cut.
+        floor, top, in_window, self.windows = -1, -1, 0, 1
+        for i, ins in enumerate(program.instructions):
+            if window_bytes is not None and in_window > window_bytes:
+                floor, in_window, self.windows = top, 0, self.windows + 1
             row = opdef(ins.opcode)
             generic = row.bind is None and not row.rows
             back = tuple(ins.dst) if generic else dst_reads(row, ins)
@@ -255,9 +279,11 @@ class Dataflow:
                 plans[role] = plan
             for ap in ins.dst.values():
                 if ap.tensor not in self.renamed and ap.size:
-                    dep = max(dep, int(_view(self._levels_of(self._wlev, ap.tensor), ap).max()),
-                              int(_view(self._levels_of(self._rlev, ap.tensor), ap).max()))
-            level = dep + 1
+                    dep = max(dep, int(_view(self._levels_of(self._wlev, ap.tensor), ap).max()))
+                    if ap.tensor in self._rlev:     # made by the first read of a written tensor
+                        dep = max(dep, int(_view(self._rlev[ap.tensor], ap).max()))
+            level = max(dep, floor) + 1
+            top = max(top, level)
             for plan in src_plans.values():
                 mem = plan.memory
                 if mem is not None and mem.size and mem.tensor in written:
@@ -268,9 +294,10 @@ class Dataflow:
                 if ap.tensor not in self.renamed:
                     if ap.size:
                         _view(self._levels_of(self._wlev, ap.tensor), ap)[...] = level
-                        _view(self._levels_of(self._wins, ap.tensor), ap)[...] = i
                     continue
                 events[role] = self._write(i, role, level, ap)
+                if window_bytes is not None and role not in dst_reads(row, ins):
+                    in_window += new_storage_bytes(program, ap)
             if FOLD_COPIES:
                 self._note_copy(i, ins, row, src_plans, events)
             if generic:
@@ -279,8 +306,12 @@ class Dataflow:
             self.src_plans.append(src_plans)
             self.old_plans.append(old_plans)
             self.dst_events.append(events)
+            for ap in (*ins.src.values(), *ins.dst.values()):
+                if last_use.get(ap.tensor) == i:
+                    for table in (self._ev, self._writes, self._applied):
+                        table.pop(ap.tensor, None)
         self._drop_copies()
-        self._ev = self._writes = self._wlev = self._rlev = self._wins = self._copies = self._clean = None
+        self._ev = self._writes = self._wlev = self._rlev = self._copies = self._clean = None
 
     def _note_copy(self, i: int, ins, row, src_plans: dict, events: dict) -> None:
         """Record what folding needs about instruction ``i``: which of its events hold canonical bf16
@@ -344,9 +375,12 @@ class Dataflow:
         # widened: the bind's fp32 copy would be packed (and a gathered operand is laid out as storage)
         if kind == "widened" and not same_layout(got, compact(box.strides, ap.shape), ap.shape):
             return plan
+        # An HBM write after the copy to what it read has a level above the copy's (it waits for the copy's
+        # read), one before it a level below (the copy waits for it): so no write came between them exactly
+        # when no element's write level passes the copy's.
         mem = folded.memory
-        if mem is not None and (any(d.tensor == mem.tensor for d in ins.dst.values()) or mem.tensor in self._wins
-                                and int(_view(self._wins[mem.tensor], mem).max()) > c):
+        if mem is not None and (any(d.tensor == mem.tensor for d in ins.dst.values()) or mem.tensor in self._wlev
+                                and int(_view(self._wlev[mem.tensor], mem).max()) > self.levels[c]):
             return plan
         return replace(folded, via=c, dtype=self.program.tensors[src_ap.tensor].np_dtype if kind == "widened" else None)
 

@@ -3,14 +3,19 @@
 ``Replay`` has the interface of the reference ``executor.Executor`` and gives the same bits. What it does
 differently, measured on the library kernels (see docs/simulator.md):
 
-- **Bound once.** A workspace holds a buffer for every tensor, inputs and outputs included (inputs are
-  copied in, outputs copied out), so every operand view is built once. Each instruction becomes a step:
-  its row's ``bind`` (``simulator.isa.fast``) resolves views, broadcasts, fp32 work arrays and ALU
-  functions at bind time; a row without a bind runs its ``execute`` on the bound views.
+- **Bound once.** A workspace holds the buffers of the tensors, inputs and outputs included (inputs are
+  copied in, outputs copied out), in one arena laid out by liveness (``simulator.memory``), so every
+  operand view is built once. Each instruction becomes a step: its row's ``bind``
+  (``simulator.isa.fast``) resolves views, broadcasts, fp32 work arrays and ALU functions at bind time; a
+  row without a bind runs its ``execute`` on the bound views. A Program's first call runs unbound (the
+  rows' ``execute`` on views made as it goes): the batched plan replaces the steps on the next call.
 - **Fast exact casts** (``simulator.convert``) and one ``np.errstate`` per run instead of one per call.
 - **Batched** (from the second call, ``simulator.batching``): independent same-shaped instructions
   run as one stacked operation, shared at run time between two lanes (``simulator.schedule``,
-  ``simulator.threads``).
+  ``simulator.threads``); in windows when the renamed storage would pass ``NKIHUB_SIM_BATCH_MEMORY``.
+- **Memory returned.** After a run, an arena whose pages cost little to fault in again next to the run
+  hands them back; what the process keeps between runs (arenas, plans, steps) is capped by
+  ``NKIHUB_SIM_KEEP_MEMORY``, least recently used first (``simulator.memory``).
 
 ``executor_for`` picks the engine named by ``NKIHUB_SIM_ENGINE`` (``simulator.config``).
 """
@@ -19,7 +24,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
+import time
 import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,12 +38,19 @@ from nkihub.simulator import executor
 from nkihub.simulator.executor import Executor, check_inputs, engine_tables, input_array, strided
 from nkihub.simulator.isa import ExecContext, opdef
 from nkihub.simulator.isa.fast import NoBind, Scratch, strict_reshape
+from nkihub.simulator import memory
+from nkihub.simulator.memory import ALIGN, Arena, pack
 from nkihub.simulator.program import Program
 from nkihub.simulator.threads import run_on_lanes
 
 
 # Programs shorter than this replay unbatched: planning would cost more than it saves.
 BATCH_MIN_INSTRUCTIONS = 32
+# Memory a bound step and a batched plan's bookkeeping per instruction hold (Python objects, numpy and
+# torch views; measured on the matmul tutorial at 8192 x 4096 x 8192: 0.08-0.1 GB of steps, 0.07 GB of
+# plan for 39680 instructions), for what the process keeps between runs (``memory.done``).
+STEP_BYTES = 2560
+PLAN_BYTES = 2048
 
 
 @contextlib.contextmanager
@@ -117,6 +131,22 @@ def run_steps(steps, instructions, ctx) -> None:
         raise SimulationError(f"{ins.opcode} failed in the simulator: {exc}", loc=ins.loc) from exc
 
 
+def run_direct(rp: "Replay", ws: "_Workspace", ctx) -> None:
+    """Run every instruction's ``execute`` on views of the workspace, made as it goes (the reference's
+    way): a Program's first call, which binding would not pay back before the batched plan replaces it."""
+    i, instructions = 0, rp.program.instructions
+    try:
+        for i, ins in enumerate(instructions):
+            src = {r: ws.view(rp, ap, False) for r, ap in ins.src.items()}
+            dst = {r: ws.view(rp, ap) for r, ap in ins.dst.items()}
+            opdef(ins.opcode).execute(ins, src, dst, ctx)
+    except NkiError:
+        raise
+    except Exception as exc:  # a simulator defect or an unchecked rule: say where
+        ins = instructions[i]
+        raise SimulationError(f"{ins.opcode} failed in the simulator: {exc}", loc=ins.loc) from exc
+
+
 def run_batched(steps, ctx) -> None:
     """Run a batched plan's steps on one lane (its errors are located by the unbatched replay)."""
     for step in steps:
@@ -124,41 +154,56 @@ def run_batched(steps, ctx) -> None:
 
 
 class _Workspace:
-    """Buffers of every tensor of one Program and the steps bound to them (one per instruction, or one
-    per group of ``batches``)."""
+    """Buffers of one Program's tensors in one arena (``simulator.memory``, laid out by ``_Layout``) and
+    the steps bound to them (one per instruction, or one per group of ``batches``)."""
 
-    def __init__(self, rp: "Replay", batches: Batches | None = None, lanes: int = 1):
-        # Batched, on-chip tiles live in renamed storage: only HBM tensors and tiles whose initial
-        # contents are read need a buffer.
-        needed = None if batches is None else \
-            {n for n in rp.program.tensors if n not in batches.dataflow.renamed} | batches.init_read
-        self.bufs = [np.full(spec.size, fill, dtype=dt) if (needed is None or spec.name in needed)
-                     and spec.alias_of is None else None for spec, fill, dt in zip(rp._specs, rp._fills, rp._dtypes)]
+    def __init__(self, rp: "Replay", batches: Batches | None = None, lanes: int = 1, bound: bool = True):
+        lay = rp._layout(batches)
+        self.arena = Arena(lay.kept, lay.released)
+        self.bufs = [None] * len(rp._specs)
+        for i, (kept, offset) in lay.regions.items():
+            self.bufs[i] = self.arena.array(offset, rp._specs[i].size, rp._dtypes[i], kept)
         for i, root in rp._aliases.items():     # dtype reinterpretations see their root's bytes
-            self.bufs[i] = self.bufs[root].view(rp._dtypes[i])
+            if self.bufs[root] is not None:
+                self.bufs[i] = self.bufs[root].view(rp._dtypes[i])
+        for i in lay.filled:
+            self.bufs[i].fill(rp._fills[i])
         self._load_constants(rp)
+        if not rp.checked:
+            self.refill(rp)
         self.scratch = Scratch()
         self.batches, self.lanes = batches, lanes
+        self.step_bytes = 0     # estimated memory of the bound steps
         if batches is not None:
-            self.schedule = bind_batches(batches, self.bufs, rp._index, [self.scratch] +
+            def storage(dtype):
+                return self.arena.typed(dtype)[lay.storage_offset // np.dtype(dtype).itemsize:]
+            self.schedule = bind_batches(batches, self.bufs, rp._index, storage, [self.scratch] +
                                          [Scratch() for _ in range(lanes - 1)], bind_step)
             self.steps = self.schedule.steps() if lanes == 1 else None
+            self.step_bytes = STEP_BYTES * self.schedule.bound
             return
         self.lanes = 1
-        self.steps, self.where = [], rp.program.instructions
-        for ins in rp.program.instructions:
-            src = {r: self._view(rp, ap)[None] for r, ap in ins.src.items()}
-            dst = {r: self._view(rp, ap)[None] for r, ap in ins.dst.items()}
-            self.steps.append(bind_step(ins, src, dst, self.scratch))
+        self.steps, self.where = None, rp.program.instructions
+        if bound:
+            self.bind(rp)
 
-    def _view(self, rp: "Replay", ap) -> np.ndarray:
+    def bind(self, rp: "Replay") -> None:
+        """Bind one step per instruction (unbatched)."""
+        steps = []
+        for ins in rp.program.instructions:
+            src = {r: self.view(rp, ap)[None] for r, ap in ins.src.items()}
+            dst = {r: self.view(rp, ap)[None] for r, ap in ins.dst.items()}
+            steps.append(bind_step(ins, src, dst, self.scratch))
+        self.steps, self.step_bytes = steps, STEP_BYTES * len(steps)
+
+    def view(self, rp: "Replay", ap, writeable: bool = True) -> np.ndarray:
         i = rp._index[ap.tensor]
         item = rp._dtypes[i].itemsize
-        return strided(self.bufs[i], ap.offset, ap.shape, tuple(s * item for s, _ in ap.dims))
+        return strided(self.bufs[i], ap.offset, ap.shape, tuple(s * item for s, _ in ap.dims), writeable)
 
     def _load_constants(self, rp: "Replay") -> None:
         for i, spec in enumerate(rp._specs):
-            if spec.kind == "constant":
+            if spec.kind == "constant" and self.bufs[i] is not None:
                 self.bufs[i][...] = np.frombuffer(spec.data, dtype=rp._dtypes[i])
 
     def refill(self, rp: "Replay") -> None:
@@ -175,6 +220,71 @@ class _Workspace:
 
     def outputs(self, rp: "Replay") -> list[np.ndarray]:
         return [self.bufs[i].reshape(rp._specs[i].shape).copy() for i in rp._outputs]
+
+
+@dataclass
+class _Layout:
+    """Where a workspace's buffers live in its arena: ``regions`` (tensor index -> (in the kept part, byte
+    offset)), the sizes of the kept and released parts, the byte offset of a batched plan's storage in the
+    released part, and the tensors whose buffers are filled once when the workspace is made."""
+
+    regions: dict
+    kept: int
+    released: int
+    storage_offset: int = 0
+    filled: list = field(default_factory=list)
+
+
+def layout(rp: "Replay", batches: Batches | None) -> _Layout:
+    """The arena layout of ``rp``'s workspaces, unbatched or for ``batches``.
+
+    HBM tensors and the tiles the host sees live for the whole run. Unbatched, the other tensors of a
+    checked Program live from the first to the last instruction touching them and share bytes by
+    liveness (``memory.pack``): a checked Program reads no element before the run wrote it (what a
+    recycled buffer held is never seen, as with a pooled workspace), so on-chip memory follows what is live
+    at once, which SBUF and PSUM bound. Batched, renamed tiles are never written in their buffers (writes
+    go to the plan's storage): only those whose initial contents are read get one, and those share one
+    buffer per dtype, filled once with the fill value. Constants and those buffers sit in the kept part.
+    """
+    program, specs = rp.program, rp._specs
+    root = lambda name: rp._aliases.get(rp._index[name], rp._index[name])  # noqa: E731
+    first, last = {}, {}
+    for t, ins in enumerate(program.instructions):
+        for ap in (*ins.dst.values(), *ins.src.values()):
+            i = root(ap.tensor)
+            first.setdefault(i, t)
+            last[i] = t
+    forever = len(program.instructions)
+    for i in (*rp._inputs, *rp._outputs):
+        first[rp._aliases.get(i, i)], last[rp._aliases.get(i, i)] = -1, forever
+    regions, items, keys, kept, filled = {}, [], [], 0, []
+    fills: dict = {}        # dtype -> (offset, elements) of the shared buffer of unwritten renamed tiles
+    renamed = batches.dataflow.renamed if batches is not None else ()
+    for i in sorted(first):
+        spec = specs[i]
+        if spec.kind == "constant":
+            regions[i] = (True, kept)
+            kept += -(-spec.size * rp._dtypes[i].itemsize // ALIGN) * ALIGN
+        elif spec.name in renamed:
+            if spec.name in batches.init_read:
+                off, n = fills.get(rp._dtypes[i], (None, 0))
+                fills[rp._dtypes[i]] = (off, max(n, spec.size))
+        else:
+            pooled = batches is None and rp.checked and spec.kind == "internal" and i not in rp._outputs
+            items.append((first[i], last[i], spec.size * rp._dtypes[i].itemsize) if pooled else
+                         (-1, forever, spec.size * rp._dtypes[i].itemsize))
+            keys.append(i)
+    for dtype, (_, n) in fills.items():
+        fills[dtype] = (kept, n)
+        kept += -(-n * dtype.itemsize // ALIGN) * ALIGN
+    for i in first:
+        if specs[i].name in renamed and specs[i].name in batches.init_read:
+            regions[i] = (True, fills[rp._dtypes[i]][0])
+            filled.append(i)
+    offsets, total = pack(items)
+    regions.update({i: (False, off) for i, off in zip(keys, offsets)})
+    storage = batches.storage_bytes if batches is not None else 0
+    return _Layout(regions, kept, total + storage, total, filled)
 
 
 class Replay:
@@ -197,6 +307,35 @@ class Replay:
         self._reference = None
         self._batches: Batches | None | bool = None    # False: tried and not batchable
         self.batch_note = "not tried yet"
+        self._lay = (None, None)     # (batches or None, its _Layout)
+        self.busy = 0                # runs in progress (``simulator.memory``)
+
+    def held_bytes(self) -> int:
+        """Estimated memory of the plan and bound steps this engine keeps between runs."""
+        plan = PLAN_BYTES * len(self.program.instructions) if self._batches else 0
+        return plan + sum(ws.step_bytes for ws in self._pool)
+
+    def shed(self) -> bool:
+        """Drop the plan and the workspaces (``simulator.memory`` asks when the process keeps too much
+        between runs): the next call plans and binds again. False when busy."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self.busy:
+                return False
+            self._pool.clear()
+            self._lay = (None, None)
+            if self._batches:
+                self._batches, self.batch_note = None, "plan dropped to free memory; planned again on the next call"
+            return True
+        finally:
+            self._lock.release()
+
+    def _layout(self, batches: Batches | None) -> _Layout:
+        with self._lock:
+            if self._lay[1] is None or self._lay[0] is not batches:
+                self._lay = (batches, layout(self, batches))
+            return self._lay[1]
 
     def _batched(self) -> Batches | None:
         """The batched schedule, planned on the second call of a Program worth batching."""
@@ -207,9 +346,12 @@ class Replay:
             if mode == "auto" and len(self.program.instructions) < BATCH_MIN_INSTRUCTIONS:
                 self._batches, self.batch_note = False, "too few instructions to pay for planning"
             else:
+                self._pool.clear()     # the unbatched workspaces' steps: not kept alive while planning
                 try:
                     with _gc_paused():
-                        self._batches, self.batch_note = plan_batches(self.program), "batched"
+                        self._batches = plan_batches(self.program, config.batch_memory())
+                    self.batch_note = "batched" if self._batches.dataflow.windows == 1 else \
+                        f"batched in {self._batches.dataflow.windows} windows"
                 except NotBatchable as exc:
                     self._batches, self.batch_note = False, f"not batched: {exc}"
         return self._batches or None
@@ -219,6 +361,9 @@ class Replay:
         with self._lock:
             self._calls += 1
             batches = self._batched()
+            # The first call of a Program the batched plan will take over runs unbound (binding costs
+            # about as much as the run it would speed up).
+            bound = batches is not None or self._calls > 1 or self.batch is False or config.batching() == "never"
             # workspaces made before batching was planned, or for another number of lanes, are dropped
             fitting = [w for w in self._pool if w.batches is batches and (batches is None or w.lanes == lanes)]
             ws, self._pool = (fitting[-1], fitting[:-1]) if fitting else (None, [])
@@ -226,7 +371,11 @@ class Replay:
             ws.refill(self)
         if ws is None:
             with _gc_paused():
-                ws = _Workspace(self, batches, lanes)
+                ws = _Workspace(self, batches, lanes, bound)
+        elif bound and ws.steps is None and batches is None:
+            with _gc_paused():
+                ws.bind(self)
+        memory.take(ws.arena, self)
         return ws
 
     def run(self, inputs, *, echo_prints: bool = True, ctx: ExecContext | None = None) -> list[np.ndarray]:
@@ -236,6 +385,7 @@ class Replay:
         fresh = ctx is None
         ctx = ctx or ExecContext(self.target, echo=echo_prints)
         ws = self._take()
+        t0 = time.perf_counter()
         try:
             outs = self._run(ws, inputs, ctx)
         except Exception as exc:
@@ -243,6 +393,7 @@ class Replay:
                 raise
             # Replay instruction by instruction: it locates a kernel error precisely, and a defect of
             # the batched plan must not cost the user a result (then it is reported as a warning).
+            memory.put_back(ws.arena, 0.0, config.keep_memory(), self)
             ws = None
             with self._lock:
                 self._batches, self.batch_note = False, f"batched replay failed ({exc!r}); replaying unbatched"
@@ -253,6 +404,7 @@ class Replay:
             warnings.warn(f"{self.program.name}: {self.batch_note}", RuntimeWarning, stacklevel=2)
         finally:
             if ws is not None:
+                memory.put_back(ws.arena, time.perf_counter() - t0, config.keep_memory(), self)
                 with self._lock:
                     self._pool.append(ws)
         if config.crosscheck():
@@ -281,6 +433,8 @@ class Replay:
             tasks = [lambda lane=lane: ws.schedule.run_lane(lane, run, ctx) for lane in range(ws.lanes)]
         elif ws.batches is not None:
             tasks = [lambda: run_batched(ws.steps, ctx)]
+        elif ws.steps is None:
+            tasks = [lambda: run_direct(self, ws, ctx)]
         else:
             tasks = [lambda: run_steps(ws.steps, ws.where, ctx)]
         if config.fast_threads() == 0:     # the calling thread, thread pools as they are

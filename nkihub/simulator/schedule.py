@@ -33,11 +33,13 @@ class Schedule:
         self.pool = POOL if pool is None else pool
         # per level: (pinned steps per lane, pool chunks [steps per lane], chunks in all, serial)
         self.levels: list = []
+        self.bound = 0      # steps bound (a pool chunk once per lane)
 
     def add_level(self, costs: list, bind) -> None:
         """Append a level of ``len(costs)`` chunks with estimated ``costs`` (biggest first); ``bind(i,
         lane)`` returns chunk ``i``'s step bound for ``lane``, called once per lane that may run it."""
         n = len(costs)
+        self.bound += n
         if n == 1 or self.lanes == 1:
             self.levels.append(([[bind(i, 0) for i in range(n)]] + [[] for _ in range(self.lanes - 1)], [], n,
                                 n == 1))
@@ -53,6 +55,7 @@ class Schedule:
             pinned[lane].append(bind(i, lane))
             load[lane] += costs[i]
         pool = [[bind(i, lane) for lane in range(self.lanes)] for i in range(start, n)]
+        self.bound += (self.lanes - 1) * (n - start)
         self.levels.append((pinned, pool, n, False))
 
     def steps(self) -> list:

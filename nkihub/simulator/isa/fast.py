@@ -41,31 +41,49 @@ def strict_reshape(a: np.ndarray, shape) -> np.ndarray:
 
 
 class Scratch:
-    """Work arrays reused by every step of one plan on one thread, by (shape, layout, dtype, slot): a
-    step may use its arrays only while it runs."""
+    """Work arrays reused by every step of one plan on one thread, by (member shape, layout, dtype, slot):
+    a step may use its arrays only while it runs."""
 
     def __init__(self):
         self._arrays: dict = {}
+        self._casters: dict = {}
+
+    def caster(self, dst: np.ndarray, src: np.ndarray):
+        """``convert.caster(dst, src)``, one per pair of views of the same memory: a long kernel reads one
+        tile slice in many instructions, and each caster holds torch views (about 0.5 KB each)."""
+        key = (_where(dst), _where(src))
+        cast = self._casters.get(key)
+        if cast is None:
+            cast = self._casters[key] = caster(dst, src)
+        return cast
+
+    def _flat(self, key, n: int, dtype) -> np.ndarray:
+        """A flat buffer of at least ``n`` elements for ``key``, grown by doubling: stacks of one member
+        layout with any number of members share it, so a plan cut into windows (groups of many sizes)
+        does not make one work array per size."""
+        buf = self._arrays.get(key)
+        if buf is None or buf.size < n:
+            buf = self._arrays[key] = np.empty(max(n, 2 * buf.size if buf is not None else n), dtype)
+        return buf
 
     def like(self, a: np.ndarray, dtype=F32, slot: int = 0) -> np.ndarray:
         """An array of stacked ``a``'s shape whose every member ``[j]`` is laid out as
         ``a[j].astype(dtype)`` lays it out (numpy's "K" order of the member; the batch axis outermost)."""
         member = np.empty_like(a[0], dtype=dtype)
-        key = (a.shape, member.strides, np.dtype(dtype), slot)
-        arr = self._arrays.get(key)
-        if arr is None:
-            flat = np.empty(max(1, a.shape[0] * member.size), dtype)
-            arr = self._arrays[key] = np.ndarray(a.shape, dtype, flat, 0,
-                                                 (member.size * member.itemsize, *member.strides))
-        return arr
+        flat = self._flat((a.shape[1:], member.strides, np.dtype(dtype), slot), max(1, a.shape[0] * member.size),
+                          dtype)
+        return np.ndarray(a.shape, dtype, flat, 0, (member.size * member.itemsize, *member.strides))
 
     def new(self, shape, dtype=F32, slot: int = 0) -> np.ndarray:
         """A C-contiguous array of ``shape``."""
-        key = (tuple(shape), "C", np.dtype(dtype), slot)
-        arr = self._arrays.get(key)
-        if arr is None:
-            arr = self._arrays[key] = np.empty(shape, dtype=dtype)
-        return arr
+        shape = tuple(shape)
+        n = math.prod(shape)
+        flat = self._flat((shape[1:], "C", np.dtype(dtype), slot), max(1, n), dtype)
+        return flat[:n].reshape(shape)
+
+
+def _where(a: np.ndarray):
+    return a.__array_interface__["data"][0], a.shape, a.strides, a.dtype
 
 
 def reader(a: np.ndarray, sc: Scratch, slot: int):
@@ -74,7 +92,7 @@ def reader(a: np.ndarray, sc: Scratch, slot: int):
     if a.dtype == F32:
         return a, None
     buf = sc.like(a, F32, slot)
-    return buf, caster(buf, a)
+    return buf, sc.caster(buf, a)
 
 
 def refresher(*fns):
