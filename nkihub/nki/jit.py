@@ -53,8 +53,10 @@ class CompiledKernel:
         engine = sim_config.engine()
         with self._lock:
             if engine not in self._executors:
-                # checked: _trace ran the dataflow checks, so pooled buffers need no NaN refill.
-                self._executors[engine] = executor_for(self.program, self.target, checked=True)
+                # checked: _trace ran the dataflow checks, so pooled buffers need no NaN refill, unless
+                # they let a partly written tile through (simulator.taint): its unwritten part must read NaN
+                checked = not self.program.meta.get("reads_unwritten", False)
+                self._executors[engine] = executor_for(self.program, self.target, checked=checked)
             return self._executors[engine]
 
 

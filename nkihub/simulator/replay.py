@@ -140,9 +140,9 @@ def run_direct(rp: "Replay", ws: "_Workspace", ctx) -> None:
             src = {r: ws.view(rp, ap, False) for r, ap in ins.src.items()}
             dst = {r: ws.view(rp, ap) for r, ap in ins.dst.items()}
             opdef(ins.opcode).execute(ins, src, dst, ctx)
-    except NkiError:
-        raise
     except Exception as exc:  # a simulator defect or an unchecked rule: say where
+        if is_kernel_error(exc):
+            raise
         ins = instructions[i]
         raise SimulationError(f"{ins.opcode} failed in the simulator: {exc}", loc=ins.loc) from exc
 

@@ -102,6 +102,8 @@ class Taints:
                         or not self.program.tensor_of(read).on_chip):
                     raise self.error(origin, reached, dst)
             err = self.error(origins[0], *self.carried[(root, origins[0])])
+            # the run reads elements nothing wrote: engines must give it fresh NaN buffers, not pooled bytes
+            self.program.meta["reads_unwritten"] = True
             warnings.warn(f"{err} (stored as it is: those elements hold no value)", UninitializedWarning,
                           stacklevel=2)
 
