@@ -4,18 +4,17 @@ CPU model; forward and backward graphs of a small MLP train like eager."""
 from __future__ import annotations
 
 import json
+import textwrap
 
 
-def test_kernelized_vit_fullgraph_on_neuron(emulated):
-    out = emulated("""
+def tiny_vit(layers: int) -> str:
+    """Script lines making a tiny random ViT (``model``, on the neuron device), its input ``x`` on the CPU and
+    the CPU model's output ``want``."""
+    return textwrap.dedent(f"""
         import json
         import transformers
-        from nkihub.device import compile as neuron_compile
-        from nkihub.kernels.layers import LibraryLayerRepository, Mode, kernelize, use_kernel_mapping
-        from nkihub.kernels.torch_ops import count_calls
-
         torch.manual_seed(0)
-        cfg = transformers.ViTConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+        cfg = transformers.ViTConfig(hidden_size=64, num_hidden_layers={layers}, num_attention_heads=2,
                                      intermediate_size=128, image_size=16, patch_size=8,
                                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
         model = transformers.ViTModel(cfg).eval()
@@ -23,6 +22,15 @@ def test_kernelized_vit_fullgraph_on_neuron(emulated):
         with torch.no_grad():
             want = model(x).last_hidden_state
         model.to("neuron")
+    """)
+
+
+def test_kernelized_vit_fullgraph_on_neuron(emulated):
+    out = emulated(tiny_vit(1) + textwrap.dedent("""
+        from nkihub.device import compile as neuron_compile
+        from nkihub.kernels.layers import LibraryLayerRepository, Mode, kernelize, use_kernel_mapping
+        from nkihub.kernels.torch_ops import count_calls
+
         lib = lambda repo, layer: LibraryLayerRepository(repo, layer_name=layer)
         mapping = {"ViTAttention": {"neuron": lib("neuron/flash-attn", "ViTAttention")},
                    "LayerNorm": {"neuron": lib("neuron/layernorm", "LayerNorm")}}
@@ -37,7 +45,7 @@ def test_kernelized_vit_fullgraph_on_neuron(emulated):
                           "replaced": len(model.kernelize_report.replaced), "calls": sum(calls.values()),
                           "kernel_ops": sorted(t for t in targets if t.startswith("_")),
                           "logged": len(nkihub.device.kernel_log())}))
-    """)
+    """))
     r = json.loads(out)
     assert r["device"] == "neuron:0" and r["err"] < 1e-4
     assert r["replaced"] == 4 and r["calls"] == 4 and r["logged"] == 4
@@ -66,20 +74,9 @@ def test_done_when_hub_kernels_compiled_on_neuron(emulated, publish_library, tmp
     """Issue 28's bar: a tiny ViT kernelized with kernels fetched from the (local) Hub, on device="neuron",
     through torch.compile(backend="neuron", fullgraph=True), matching the CPU model."""
     publish_library("neuron/flash-attn", "neuron/layernorm")
-    out = emulated("""
-        import json
-        import transformers
+    out = emulated(tiny_vit(2) + textwrap.dedent("""
         from nkihub.kernels.layers import LayerRepository, Mode, kernelize, use_kernel_mapping
 
-        torch.manual_seed(0)
-        cfg = transformers.ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=128, image_size=16, patch_size=8,
-                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-        model = transformers.ViTModel(cfg).eval()
-        x = torch.randn(2, 3, 16, 16)
-        with torch.no_grad():
-            want = model(x).last_hidden_state
-        model.to("neuron")
         mode = Mode.INFERENCE | Mode.TORCH_COMPILE
         hub = lambda repo, layer: {mode: LayerRepository(repo, layer_name=layer, version=1)}
         mapping = {"ViTAttention": {"neuron": hub("neuron/flash-attn", "ViTAttention")},
@@ -92,7 +89,7 @@ def test_done_when_hub_kernels_compiled_on_neuron(emulated, publish_library, tmp
         print(json.dumps({"device": str(got.device), "err": (got.cpu() - want).abs().max().item(),
                           "replaced": [d.kernel for d in model.kernelize_report.replaced],
                           "kernels": sorted({c.kernel for c in log.calls}), "estimate_s": log.estimated_s()}))
-    """, env={"HF_HOME": str(tmp_path / "hf-home")})
+    """), env={"HF_HOME": str(tmp_path / "hf-home")})
     r = json.loads(out.splitlines()[-1])
     assert r["device"] == "neuron:0" and r["err"] < 1e-4
     assert len(r["replaced"]) == 7 and all("neuron/" in k for k in r["replaced"])
