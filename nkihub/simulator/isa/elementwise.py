@@ -12,7 +12,7 @@ from nkihub.simulator.dtypes import as_dtype
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import ELEMENTWISE, GENERATE, ROUNDED, f32, fit, reduce_res_read, register, store
 from nkihub.simulator.isa.fast import NoBind, column, fitted, reader, refresher, understands, writer
-from nkihub.simulator.rules import COMPUTE_RULES, fail, partitions, same_free_size, same_partitions
+from nkihub.simulator.rules import COMPUTE_RULES, column_operand, fail, partitions, same_free_size, same_partitions
 
 
 def _n(ins) -> int:
@@ -195,7 +195,9 @@ def _ts_cost(ins, program, target):
 register("tensor_scalar", engines={"vector", "scalar", "gpsimd"}, execute=_tensor_scalar, cost=_ts_cost,
          bind=_ts_bind,
          rules=COMPUTE_RULES + (same_partitions("dst", "data", "operand0", "operand1"),
-                                same_free_size("dst", "data")),
+                                same_free_size("dst", "data"),
+                                column_operand("data", "operand0", "operand1",
+                                               source="nki.isa.tensor_scalar (AWS NKI API reference)")),
          categories={ELEMENTWISE})
 
 
