@@ -168,6 +168,7 @@ def column_operand(data_role: str, *roles: str, source: str):
                            f"(source: {source})", ins, program, role, ap)
     rule.__name__ = "column_operand"
     rule.rule = "scalar-operand-shape"
+    rule.roles = roles
     rule.source = source
     rule.__doc__ = (f"{', '.join(roles)}: a compile-time scalar or a ({data_role}.shape[0], 1) vector "
                     f"(source: {source}).")
