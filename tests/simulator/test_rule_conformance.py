@@ -74,7 +74,21 @@ def _tsr0(new, y_t, x_t, o, lines):
                                         reduce_res=r)
 
 
+def _act(role):
+    def case(new, y_t, x_t, o, lines):
+        kw = {role: y_t, **({"bias": None} if role == "scale" else {})}
+        if new:
+            lines.append(_line())
+            nisa.activation(dst=o, op=nl.copy, data=x_t, **kw)
+            return o
+        lines.append(_line())
+        return old_isa.activation(op=np.copy, data=x_t, **kw)
+    return case
+
+
 CASES = {
+    ("activation", "scale"): (_act("scale"), lambda x, y: x * y),
+    ("activation", "bias"): (_act("bias"), lambda x, y: x + y),
     ("tensor_scalar", "operand0"): (_ts0, lambda x, y: x * y),
     ("tensor_scalar", "operand1"): (_ts1, lambda x, y: (x + 1) * y),
     ("scalar_tensor_tensor", "operand0"): (_stt0, lambda x, y: x * y + x),

@@ -279,7 +279,9 @@ def _act_rules(ins, program, target):
 
 register("activation", engines={"scalar"}, execute=_activation, cost=_act_cost, bind=_act_bind,
          rules=COMPUTE_RULES + (same_partitions("dst", "data", "bias", "scale"), same_free_size("dst", "data"),
-                                _act_rules),
+                                _act_rules,
+                                column_operand("data", "scale", "bias",
+                                               source="nki.isa.activation (AWS NKI API reference)")),
          categories={ELEMENTWISE, ROUNDED},
          reads_dst=reduce_res_read)
 
