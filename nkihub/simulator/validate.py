@@ -207,7 +207,7 @@ def _dataflow(program: Program) -> None:
             spec = program.root(ap.tensor)
             root = spec.name
             if spec.kind == "constant":
-                raise fail("write-to-constant", f"writes constant '{ap.tensor}'", ins, program, role, ap)
+                raise fail("write-to-constant", f"writes constant {program.tensors[ap.tensor].label}", ins, program, role, ap)
             view = view_of(ap)
             taint.write(ins, row.categories, ap, root, stamps_of(ap.tensor).size, read_taints, fam[ap.tensor][1],
                         row.taint)
@@ -232,6 +232,6 @@ def _dataflow(program: Program) -> None:
         missing = count_unwritten(view_of(AccessPattern.row_major(name, spec.shape)),
                                   AccessPattern.row_major(name, spec.shape))
         if missing:
-            raise KernelRuleError("output-not-written", f"output '{name}' has {missing} of {spec.size} "
+            raise KernelRuleError("output-not-written", f"output {spec.label} has {missing} of {spec.size} "
                                   "elements that the kernel never writes", operand=name, shape=spec.shape,
                                   dtype=spec.dtype, buffer=spec.buffer, loc=spec.loc)
