@@ -170,8 +170,33 @@ def column_operand(data_role: str, *roles: str, source: str):
     rule.rule = "scalar-operand-shape"
     rule.roles = roles
     rule.source = source
+    rule.breaking = ((128, 3), (128, 64))   # operand shapes that break it, for data (128, 64)
+    rule.keeping = (128, 1)
     rule.__doc__ = (f"{', '.join(roles)}: a compile-time scalar or a ({data_role}.shape[0], 1) vector "
                     f"(source: {source}).")
+    return rule
+
+
+def same_shape_as(data_role: str, *roles: str, source: str):
+    """Rule factory: each of ``roles`` has ``data_role``'s partitions and elements per partition, with no
+    broadcasting (``source``: the AWS page that states it)."""
+    def rule(ins, program, target):
+        data = ins.src.get(data_role)
+        for role in roles:
+            ap = ins.src.get(role)
+            if ap is None or data is None:
+                continue
+            if partitions(ap) != partitions(data) or ap.size != data.size:
+                raise fail("operand-shape", f"'{role}' must have the shape of '{data_role}' "
+                           f"({partitions(data)} partitions of {data.size // max(1, partitions(data))} elements; "
+                           f"no broadcasting) (source: {source})", ins, program, role, ap)
+    rule.__name__ = "same_shape_as"
+    rule.rule = "operand-shape"
+    rule.roles = roles
+    rule.source = source
+    rule.breaking = ((128, 1), (1, 64))     # operand shapes that break it, for data (128, 64)
+    rule.keeping = (128, 64)
+    rule.__doc__ = f"{', '.join(roles)}: the shape of {data_role}, no broadcasting (source: {source})."
     return rule
 
 

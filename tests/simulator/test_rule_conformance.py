@@ -3,7 +3,8 @@
 Every rule on a row that carries a ``rule`` name and ``roles`` (a rule stated on an AWS API page, its
 ``source``) gets, for each role and both dialects (``nki.isa`` and the old ``neuronxcc.nki.isa``), a kernel
 that breaks it -- refused with that rule's name at the author's call line -- and one that keeps it, which
-runs and computes the documented result. A documented rule without a case fails the test. Shared engine
+runs and computes the documented result (each rule names the operand shapes that break and keep it:
+``rule.breaking``, ``rule.keeping``, for data of shape (128, 64)). A documented rule without a case fails the test. Shared engine
 rules (``COMPUTE_RULES``) are checked by test_validate.py; ``UNCASED`` lists them so a new rule can be
 neither cased nor listed.
 
@@ -34,7 +35,7 @@ def _line() -> int:
 
 
 # (opcode, role) -> case(operand tile, lines) that calls the instruction with ``operand`` as ``role`` and
-# returns (kernel output, expected numpy result for a (P, 1) operand of the same values).
+# returns the kernel output; with the expected numpy result for a keeping operand.
 def _ts0(new, y_t, x_t, o, lines):
     if new:
         lines.append(_line())
@@ -86,7 +87,27 @@ def _act(role):
     return case
 
 
+def _tt2(new, y_t, x_t, o, lines):
+    if new:
+        lines.append(_line())
+        nisa.tensor_tensor(dst=o, data1=x_t, data2=y_t, op=nl.add)
+        return o
+    lines.append(_line())
+    return old_isa.tensor_tensor(data1=x_t, data2=y_t, op=np.add)
+
+
+def _stt1(new, y_t, x_t, o, lines):
+    if new:
+        lines.append(_line())
+        nisa.scalar_tensor_tensor(dst=o, data=x_t, op0=nl.multiply, operand0=2.0, op1=nl.add, operand1=y_t)
+        return o
+    lines.append(_line())
+    return old_isa.scalar_tensor_tensor(data=x_t, op0=np.multiply, operand0=2.0, op1=np.add, operand1=y_t)
+
+
 CASES = {
+    ("tensor_tensor", "data2"): (_tt2, lambda x, y: x + y),
+    ("scalar_tensor_tensor", "operand1"): (_stt1, lambda x, y: 2 * x + y),
     ("activation", "scale"): (_act("scale"), lambda x, y: x * y),
     ("activation", "bias"): (_act("bias"), lambda x, y: x + y),
     ("tensor_scalar", "operand0"): (_ts0, lambda x, y: x * y),
@@ -114,8 +135,9 @@ DOCUMENTED = list(documented())
 
 
 def test_the_table_states_documented_rules_with_sources():
-    assert {("tensor_scalar", "operand0"), ("tensor_scalar", "operand1"),
-            ("scalar_tensor_tensor", "operand0")} <= {(o, r) for o, _, r in DOCUMENTED}
+    assert {("tensor_scalar", "operand0"), ("tensor_scalar", "operand1"), ("scalar_tensor_tensor", "operand0"),
+            ("scalar_tensor_tensor", "operand1"), ("tensor_tensor", "data2"),
+            ("activation", "bias")} <= {(o, r) for o, _, r in DOCUMENTED}
     for _, rule, _ in DOCUMENTED:
         assert rule.source.startswith("nki.isa.") and rule.rule
 
@@ -149,13 +171,13 @@ CASED = [(o, r, x, new) for o, r, x in DOCUMENTED if (o, x) in CASES for new in 
 
 @pytest.mark.parametrize("opcode,rule,role,new", CASED,
                          ids=[f"{o}-{x}-{'nki.isa' if n else 'neuronxcc'}" for o, _, x, n in CASED])
-@pytest.mark.parametrize("cols", [3, F])
-def test_breaking_the_rule_is_refused_at_the_authors_line(opcode, rule, role, new, cols):
+@pytest.mark.parametrize("which", [0, 1])
+def test_breaking_the_rule_is_refused_at_the_authors_line(opcode, rule, role, new, which):
     case, _ = CASES[(opcode, role)]
     lines: list = []
     x = np.ones((P, F), np.float32)
     with pytest.raises(KernelRuleError) as err:
-        _kernel(case, new, lines)(x, np.ones((P, cols), np.float32))
+        _kernel(case, new, lines)(x, np.ones(rule.breaking[which], np.float32))
     assert err.value.rule == rule.rule and err.value.operand == role
     assert err.value.loc.line == lines[-1] and err.value.loc.file == __file__
     assert "'y_t'" in str(err.value) and rule.source in str(err.value)
@@ -167,7 +189,7 @@ def test_keeping_the_rule_runs(opcode, rule, role, new):
     case, expect = CASES[(opcode, role)]
     rng = np.random.default_rng(0)
     x = rng.standard_normal((P, F)).astype(np.float32)
-    y = rng.standard_normal((P, 1)).astype(np.float32)
+    y = rng.standard_normal(rule.keeping).astype(np.float32)
     out = np.asarray(_kernel(case, new, [])(x, y))
     np.testing.assert_allclose(out, expect(x, y), rtol=1e-6, atol=1e-6)
 

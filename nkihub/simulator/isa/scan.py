@@ -11,7 +11,7 @@ from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import ELEMENTWISE, REDUCE, f32, fit, reduce_res_read, register, store
 from nkihub.simulator.isa.elementwise import _act_rules, _apply, _engine_cost, _reduce_into, operand
-from nkihub.simulator.rules import COMPUTE_RULES, column_operand, same_free_size, same_partitions
+from nkihub.simulator.rules import COMPUTE_RULES, column_operand, same_free_size, same_shape_as, same_partitions
 
 
 def _scan(ins, src, dst, ctx):
@@ -56,7 +56,9 @@ register("scalar_tensor_tensor", rows=True, engines={"vector", "gpsimd"}, execut
          rules=COMPUTE_RULES + (same_partitions("dst", "data", "operand0", "operand1"),
                                 same_free_size("dst", "data"), same_free_size("dst", "operand1"),
                                 column_operand("data", "operand0", source="nki.isa.scalar_tensor_tensor "
-                                               "(AWS NKI API reference)")),
+                                               "(AWS NKI API reference)"),
+                                same_shape_as("data", "operand1", source="nki.isa.scalar_tensor_tensor "
+                                              "(AWS NKI API reference)")),
          categories={ELEMENTWISE})
 
 
