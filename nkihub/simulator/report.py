@@ -18,12 +18,11 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from nkihub.simulator.costmodel import COMPUTE_QUEUES, Schedule, schedule
-from nkihub.simulator.isa import DMA, MATMUL
+from nkihub.simulator.isa import MATMUL
 from nkihub.simulator.isa.base import opdef
-from nkihub.simulator.program import AccessPattern
 from nkihub.simulator.rules import partitions
 from nkihub.simulator.targets import get_target
-from nkihub.simulator.timeline import Timeline
+from nkihub.simulator.timeline import Timeline, describe
 from nkihub.simulator.uncertainty import latency_band
 
 ENGINES = (*COMPUTE_QUEUES, "dma")
@@ -230,23 +229,6 @@ def _merge(items, key) -> list[CostLine]:
         out[k] = CostLine(src, text, ins.opcode, _family(queue), (c.count if c else 0) + 1,
                           (c.time_s if c else 0.0) + t)
     return list(out.values())
-
-
-def describe(prog, i: int) -> str:
-    """A short name for instruction ``i`` in the author's terms: 'load of x (line 12)', 'store to out
-    (line 20)', 'dma_copy sbuf_2 -> sbuf_3 (line 14)', 'nc_matmul (line 9)'."""
-    ins = prog.instructions[i]
-    where = f" (line {ins.loc.line})" if ins.loc else ""
-    if DMA in opdef(ins.opcode).categories:
-        name = lambda aps: next((prog.root(ap.tensor).name for ap in aps if isinstance(ap, AccessPattern)), "?")
-        hbm = lambda aps: [ap for ap in aps if isinstance(ap, AccessPattern) and not prog.tensors[ap.tensor].on_chip]
-        src, dst = list(ins.src.values()), list(ins.dst.values())
-        if hbm(src) and not hbm(dst):
-            return f"load of {name(hbm(src))}{where}"
-        if hbm(dst) and not hbm(src):
-            return f"store to {name(hbm(dst))}{where}"
-        return f"{ins.opcode} {name(src)} -> {name(dst)}{where}"
-    return f"{ins.opcode}{where}"
 
 
 def _waits_for(blockers: dict, total: float) -> str:

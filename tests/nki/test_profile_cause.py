@@ -2,47 +2,15 @@
 counts, and the scheduler's record of blockers leaving every estimated time as it was."""
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 import pytest
 
 import nki
-import nki.isa as nisa
-import nki.language as nl
+from new_user_kernel import axpy, axpy_args as _args, line_of as _line
 from nkihub.nki.compile import _compile
 from nkihub.simulator.costmodel import schedule
 from nkihub.simulator.report import summarize
 from nkihub.simulator.targets import get_target
-
-
-@nki.jit
-def axpy(x, y, alpha):
-    """A new user's kernel: out = x + alpha * y with one alpha per row; x, y [N, F], alpha [N, 1]."""
-    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    n, f = x.shape
-    for i in nl.affine_range(n // 128):
-        x_t = nl.ndarray((128, f), dtype=x.dtype, buffer=nl.sbuf)
-        y_t = nl.ndarray((128, f), dtype=y.dtype, buffer=nl.sbuf)
-        a_t = nl.ndarray((128, 1), dtype=alpha.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=x_t, src=x[i * 128:(i + 1) * 128, :])
-        nisa.dma_copy(dst=y_t, src=y[i * 128:(i + 1) * 128, :])
-        nisa.dma_copy(dst=a_t, src=alpha[i * 128:(i + 1) * 128, :])
-        o_t = nl.ndarray((128, f), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.scalar_tensor_tensor(dst=o_t, data=y_t, op0=nl.multiply, operand0=a_t, op1=nl.add, operand1=x_t)
-        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=o_t)
-    return out
-
-
-def _line(text: str) -> int:
-    lines, first = inspect.getsourcelines(axpy.fn if hasattr(axpy, "fn") else axpy)
-    return first + next(k for k, s in enumerate(lines) if text in s)
-
-
-def _args(f=2048, n=1024):
-    rng = np.random.default_rng(0)
-    return (rng.random((n, f), dtype=np.float32), rng.random((n, f), dtype=np.float32),
-            rng.random((n, 1), dtype=np.float32))
 
 
 @pytest.fixture(autouse=True)
