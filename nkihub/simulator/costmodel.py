@@ -434,12 +434,19 @@ def schedule(program: Program, target=None) -> Schedule:
     return sch
 
 
+# How many of the DMAs placed last are looked at for what held a DMA's bandwidth (bounds the bookkeeping;
+# DMAs are placed in time order, so the ones moving data beside a transfer are among the last placed).
+HOLDER_LOOKBACK = 64
+
+
 def _holders(idx: int, earliest: float, first: float, end: float, cost: float, moving: list) -> tuple:
-    """(bandwidth wait, holders, transfers still moving) of DMA ``idx``, which could move data from
-    ``earliest`` and moved it from ``first`` to ``end`` for ``cost`` seconds of its own: the transfers placed
-    before it that moved data in that window held the bandwidth it waited for (index, seconds of overlap), most overlap first (at most 4)."""
-    wait = max(0.0, end - earliest - cost)
-    live = [m for m in moving if m[2] > earliest]
+    """(bandwidth wait, holders, transfers kept) of DMA ``idx``, which could move data from ``earliest`` and
+    moved it from ``first`` to ``end`` for ``cost`` seconds of its own. The wait is the movement time beyond
+    ``cost``; the holders are the transfers placed before it (of the last ``HOLDER_LOOKBACK``) that moved
+    data in that window, as (index, seconds of overlap), most overlap first, at most 4."""
+    wait = end - earliest - cost
+    wait = wait if wait > 1e-12 else 0.0
+    live = [m for m in moving[-HOLDER_LOOKBACK:] if m[2] > earliest]
     holders = ()
     if wait > 0:
         over = sorted(((min(e, end) - max(f, earliest), j) for j, f, e in live if min(e, end) > max(f, earliest)),
