@@ -5,8 +5,8 @@ the kernel's code (read from a git snapshot of its repository, run unmodified fr
 shapes, dtype and target. This prints, per row, the estimate, the measurement and their ratio, then per
 target the mean absolute percentage error (MAPE) and how many rows fall within 0.67-1.5x, for the rows used
 while choosing cost rules ("fit") and those kept aside ("held-out"); it writes ``calibration.md``,
-``calibration.json`` and a log-log plot ``calibration.png`` to ``--out``, and the band of ratios that
-``nkihub.simulator.uncertainty`` should hold.
+``calibration.json`` and a log-log plot ``calibration.png`` to ``--out``, and, per target, the band of
+ratios that ``nkihub.simulator.uncertainty`` should hold, from the held-out rows only.
 
     git clone https://github.com/aws-neuron/aws-neuron-sdk /path/snapshots/aws-neuron+aws-neuron-sdk
     ...                                  (one per repository the rows name: see rows.toml)
@@ -55,6 +55,27 @@ def summary(results: list[dict]) -> dict:
             "within_band": sum(BAND[0] <= x <= BAND[1] for x in ratios),
             "log_ratio_quantiles": _quantiles([math.log(x) for x in ratios]),
         }
+    return out
+
+
+def held_out_band(results: list[dict], min_rows_for_percentiles: int = 10) -> dict:
+    """Per target, the (low, high) estimate/measured band ``nkihub.simulator.uncertainty.RATIO_BAND`` should
+    hold, from the held-out rows only (fit rows say how well rules were chosen, not how far an estimate of an
+    unseen kernel may be off): the 10th..90th percentile with at least ``min_rows_for_percentiles`` rows,
+    else their whole spread (min..max). Targets without a scored held-out row are left out."""
+    out = {}
+    for target in sorted({r["target"] for r in results}):
+        ratios = sorted(r["ratio"] for r in results
+                        if r["target"] == target and r["split"] == "held-out" and r.get("ratio") is not None)
+        if not ratios:
+            continue
+        if len(ratios) >= min_rows_for_percentiles:
+            q = _quantiles([math.log(x) for x in ratios])
+            lo, hi = math.exp(q["p10"]), math.exp(q["p90"])
+        else:
+            lo, hi = ratios[0], ratios[-1]
+        out[target] = {"band": (round(lo, 2), round(hi, 2)), "rows": len(ratios),
+                       "from": "p10..p90" if len(ratios) >= min_rows_for_percentiles else "min..max"}
     return out
 
 
@@ -151,9 +172,13 @@ def main(argv=None) -> int:
         q = v["log_ratio_quantiles"]
         print(f"{key:14s} rows {v['rows']:3d}  MAPE {v['mape']:6.1%}  within {BAND[0]}-{BAND[1]}x "
               f"{v['within_band']}/{v['rows']}  ratio p10..p90 {math.exp(q['p10']):.2f}..{math.exp(q['p90']):.2f}")
+    band = held_out_band(results)
+    for target, b in band.items():
+        print(f"RATIO_BAND[{target!r}] from {b['rows']} held-out rows ({b['from']}): {b['band'][0]:.2f}..{b['band'][1]:.2f}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "calibration.json").write_text(json.dumps({"rows": results, "summary": summ}, indent=1))
+    (out / "calibration.json").write_text(json.dumps({"rows": results, "summary": summ, "held_out_band": band},
+                                                     indent=1))
     (out / "calibration.md").write_text(_md(results, summ))
     if any(r.get("ratio") for r in results):
         print(f"wrote {plot(results, out / 'calibration.png')}")

@@ -62,10 +62,11 @@ def load(path: Path = ROWS_FILE) -> list[Row]:
             if raw[name] not in allowed:
                 raise RowError(f"{where}: {name} {raw[name]!r} is not one of {', '.join(allowed)}")
         kern = raw["kernel"]
-        forms = ({"path", "function"}, {"package", "module", "function"}, {"trace", "candidate", "harness"})
+        forms = ({"path", "function"}, {"package", "module", "function"}, {"trace", "candidate", "harness"},
+                 {"doc", "line", "function"})
         if not ({"repo", "commit"} <= set(kern) and any(f <= set(kern) for f in forms)):
             raise RowError(f"{where}: kernel needs repo, commit and path + function, package + module + "
-                           "function, or trace + candidate + harness")
+                           "function, trace + candidate + harness, or doc + line + function")
         if raw["id"] in seen:
             raise RowError(f"{where}: id {raw['id']!r} is used twice")
         if not float(raw["measured_us"]) > 0:
@@ -109,6 +110,22 @@ def candidate_code(trace_text: str, index: int) -> str:
     if not 0 <= index < len(chain):
         raise RowError(f"the trace has {len(chain)} candidates; no candidate {index}")
     return ast.literal_eval(chain[index]["code"])
+
+
+def doc_code_block(doc_text: str, line: int) -> str:
+    """The Python code of the reStructuredText ``.. code-block:: python`` directive on ``line`` (1-based) of
+    ``doc_text``: its indented body, dedented. A kernel published only inside a tutorial page is read so."""
+    import textwrap
+    lines = doc_text.splitlines()
+    if not 1 <= line <= len(lines) or not lines[line - 1].strip().startswith(".. code-block:: python"):
+        raise RowError(f"line {line} of the document is not a '.. code-block:: python' directive")
+    indent = len(lines[line - 1]) - len(lines[line - 1].lstrip())
+    body = []
+    for text in lines[line:]:
+        if text.strip() and len(text) - len(text.lstrip()) <= indent:
+            break
+        body.append(text)
+    return textwrap.dedent("\n".join(body)).strip("\n") + "\n"
 
 
 def jit_function_name(code: str) -> str:
@@ -164,6 +181,9 @@ class Snapshots:
                 raise RowError(f"{row.id}: the harness has no '# SUBSTITUTE HERE' line")
             rel, function = f"candidates/{row.id.replace('-', '_')}.py", jit_function_name(code)
             text = harness.replace("# SUBSTITUTE HERE", code)
+        elif "doc" in k:
+            rel, function = f"docs/{row.id.replace('-', '_')}.py", k["function"]
+            text = doc_code_block(self.text(k["repo"], k["commit"], k["doc"]), int(k["line"]))
         else:
             rel, function, text = k["path"], k["function"], self.text(k["repo"], k["commit"], k["path"])
         path = folder / rel

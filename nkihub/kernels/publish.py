@@ -57,10 +57,23 @@ class PublishResult:
     commit: str
     created: bool  # False: the Hub already had exactly this content
     url: str
+    notes: tuple = ()  # what a user of the repo should know (e.g. no layers module), one line each
 
     def __str__(self) -> str:
         what = "published" if self.created else "unchanged (no new commit)"
-        return f"{self.repo_id} {self.tag}: {what}; branch {self.branch} -> {self.commit[:12]}"
+        return "\n".join([f"{self.repo_id} {self.tag}: {what}; branch {self.branch} -> {self.commit[:12]}",
+                          *(f"note: {n}" for n in self.notes)])
+
+
+def package_notes(package_dir: str | Path, spec: dict) -> tuple:
+    """What a package lacks that its users may expect, as notes (publishing goes on). A package without a
+    ``layers`` module loads with ``kernels.get`` / Hugging Face ``get_kernel`` (their repos need none), but
+    ``kernelize`` cannot swap a layer for it ("does not define any layers", Hugging Face kernels)."""
+    package_dir = Path(package_dir)
+    if (package_dir / "layers.py").is_file() or (package_dir / "layers" / "__init__.py").is_file():
+        return ()
+    return (f"{spec['package']} has no layers module: it loads with kernels.get / get_kernel, but kernelize "
+            "cannot use it (add layers.py with nn.Module classes, docs/hub.md)",)
 
 
 def read_kernel_spec(package_dir: str | Path) -> dict:
@@ -163,7 +176,8 @@ def publish(package_dir: str | Path, repo_id: str | None = None, *, endpoint: st
         done = release(tmp, repo_id, tag=tag, route=lambda branches: _route(major, branches),
                        message=f"Publish {spec['name']} {version}", repo_type=REPO_TYPE, endpoint=endpoint,
                        token=token, guard=lambda tags, branches: _forward_only(repo_id, version, tags))
-    return PublishResult(repo_id, version, branch, tag, done.commit, done.created, done.url)
+    return PublishResult(repo_id, version, branch, tag, done.commit, done.created, done.url,
+                         package_notes(package_dir, spec))
 
 
 def _forward_only(repo_id: str, version: str, tags: dict) -> None:

@@ -16,9 +16,11 @@ def profile(kernel, *args, target=None, **kwargs) -> Report:
     """Estimate ``kernel`` on ``target`` (argument, else ``NEURON_PLATFORM_TARGET_OVERRIDE``, else trn2)
     for the shapes and dtypes of ``args`` (numpy arrays or torch tensors; their values are not read).
 
-    Returns a ``simulator.report.Report``: ``latency_s``, ``engine_active`` (engine -> fraction),
-    ``bottleneck``, ``mfu``, ``hfu``, HBM and DMA figures, the critical path, the costliest source lines;
-    ``.table()`` prints it, ``.to_perfetto()`` / ``.timeline.save_png(path)`` draw the timeline.
+    Returns a ``simulator.report.Report``: ``lines`` (per source line: critical-path time, busy time, wait
+    and what it waited for; the first is the bottleneck line), ``latency_s``, ``engine_active`` (engine ->
+    fraction), ``bottleneck``, ``mfu``, ``hfu``, HBM and DMA figures, the critical path, the costliest
+    source lines; ``.table()`` prints it. Nothing is written to disk: ``.timeline.save_perfetto(path)`` /
+    ``.timeline.save_png(path)`` write the trace and the picture.
     """
     tgt = get_target(target)
     try:

@@ -53,6 +53,13 @@ class Schedule:
     ``i`` must wait for. ``pred[i]`` is what decided ``i``'s start (a dependency or the previous instruction
     on its queue, or on v2 the other engine's instruction holding a shared SBUF/PSUM port; -1 for none) and
     ``reason[i]`` says which ("dep", "queue", "port", "bandwidth" or "").
+
+    What each instruction waited for (recorded only; it changes no time): ``dep_wait_s[i]`` is how long
+    ``i``'s compute engine stood free before ``i`` could start, held by ``pred[i]`` (a dependency or a
+    shared port; 0 for DMAs, whose 16 queues idle by design);
+    for DMAs ``bandwidth_wait_s[i]`` is how much longer its data took to move than its own engine time
+    (after the fixed latency), because transfers placed before it held the DMA engines' or HBM's
+    bandwidth, and ``bandwidth_holders[i]`` are those transfers, (index, seconds of overlap), most first.
     """
 
     program: Program
@@ -65,6 +72,9 @@ class Schedule:
     waits: list = field(default_factory=list)
     pred: list = field(default_factory=list)
     reason: list = field(default_factory=list)
+    dep_wait_s: list = field(default_factory=list)
+    bandwidth_wait_s: list = field(default_factory=list)
+    bandwidth_holders: list = field(default_factory=list)
     dma_engine_s: float = 0.0        # engine-seconds of DMA data movement
     hbm_bytes: int = 0
     dma_bytes: int = 0
@@ -322,6 +332,8 @@ def schedule(program: Program, target=None) -> Schedule:
     n = len(program.instructions)
     for name in ("queue", "start", "end", "xfer_start", "waits", "pred", "reason"):
         setattr(sch, name, [None] * n)
+    sch.dep_wait_s, sch.bandwidth_wait_s, sch.bandwidth_holders = [0.0] * n, [0.0] * n, [()] * n
+    moving: list = []   # (index, first, end) of DMA transfers that may still hold bandwidth
     sch.cost = plan.cost
     bw = _Bandwidth(target)
     ports = _Ports(target)
@@ -375,6 +387,7 @@ def schedule(program: Program, target=None) -> Schedule:
                 sch.cost[idx] = cost
             table_state[q] = table
         start = max(free[q], t_ready)
+        free_before = free[q]
         pred, why = (binding, "dep") if t_ready > free[q] else (last[q], "queue" if last[q] >= 0 else "")
         is_dma = idx in plan.spread
         port_use = () if is_dma else ports.uses(ins, program, q)
@@ -389,6 +402,8 @@ def schedule(program: Program, target=None) -> Schedule:
             xfer, end = bw.transfer(earliest, cost * spread, spread, plan.hbm[idx])
             if end - earliest > cost * 1.001 + bw.bin:
                 why = "bandwidth" if why != "dep" else why
+            sch.bandwidth_wait_s[idx], sch.bandwidth_holders[idx], moving = _holders(idx, earliest, xfer, end, cost,
+                                                                                     moving)
             sch.dma_engine_s += cost * spread
             sch.hbm_bytes += plan.hbm[idx]
             sch.dma_bytes += plan.nbytes[idx]
@@ -408,6 +423,8 @@ def schedule(program: Program, target=None) -> Schedule:
                 waits[qj] = j
         sch.queue[idx], sch.start[idx], sch.end[idx], sch.xfer_start[idx] = q, start, end, xfer
         sch.waits[idx], sch.pred[idx], sch.reason[idx] = tuple(sorted(waits.values())), pred, why
+        if why in ("dep", "port") and pred >= 0 and not is_dma:
+            sch.dep_wait_s[idx] = max(0.0, start - free_before)
         issuer.done(idx)
         for u in plan.users[idx]:
             plan.waiting[u] -= 1
@@ -415,6 +432,28 @@ def schedule(program: Program, target=None) -> Schedule:
                 t, bindings[u] = ready(u)
                 issuer.release(u, t)
     return sch
+
+
+# How many of the DMAs placed last are looked at for what held a DMA's bandwidth (bounds the bookkeeping;
+# DMAs are placed in time order, so the ones moving data beside a transfer are among the last placed).
+HOLDER_LOOKBACK = 64
+
+
+def _holders(idx: int, earliest: float, first: float, end: float, cost: float, moving: list) -> tuple:
+    """(bandwidth wait, holders, transfers kept) of DMA ``idx``, which could move data from ``earliest`` and
+    moved it from ``first`` to ``end`` for ``cost`` seconds of its own. The wait is the movement time beyond
+    ``cost``; the holders are the transfers placed before it (of the last ``HOLDER_LOOKBACK``) that moved
+    data in that window, as (index, seconds of overlap), most overlap first, at most 4."""
+    wait = end - earliest - cost
+    wait = wait if wait > 1e-12 else 0.0
+    live = [m for m in moving[-HOLDER_LOOKBACK:] if m[2] > earliest]
+    holders = ()
+    if wait > 0:
+        over = sorted(((min(e, end) - max(f, earliest), j) for j, f, e in live if min(e, end) > max(f, earliest)),
+                      reverse=True)
+        holders = tuple((j, o) for o, j in over[:4])
+    live.append((idx, first, end))
+    return wait, holders, live
 
 
 class _Plan:

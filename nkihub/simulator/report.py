@@ -4,6 +4,11 @@
 per-engine active time, MFU and HFU against the target's Tensor Engine peak, HBM traffic, DMA count and
 size, the critical path and the source lines that cost most. Every time is an estimate of the cost model.
 
+The report opens with one row per kernel source line (``LineCost``): its time on the critical path, its
+engines' busy time, and how long its instructions waited and for what (the DMA transfers that held the
+bandwidth, or the instruction whose result or shared port it needed, named by tensor and source line), so
+the author optimises the line that costs the latency, not the one that merely runs longest.
+
 - MFU: useful matmul flops (2*K*M*N of each nc_matmul) over latency x the peak for its input dtype.
 - HFU: all Tensor Engine flops (matmuls plus transposes through the identity, 2*P*P*F) over the same.
 """
@@ -17,7 +22,7 @@ from nkihub.simulator.isa import MATMUL
 from nkihub.simulator.isa.base import opdef
 from nkihub.simulator.rules import partitions
 from nkihub.simulator.targets import get_target
-from nkihub.simulator.timeline import Timeline
+from nkihub.simulator.timeline import Timeline, describe
 from nkihub.simulator.uncertainty import latency_band
 
 ENGINES = (*COMPUTE_QUEUES, "dma")
@@ -38,6 +43,24 @@ class CostLine:
 
 
 @dataclass(frozen=True)
+class LineCost:
+    """One kernel source line's share of a schedule (estimates): ``path_s`` its instructions' time on the
+    critical path, ``busy_s`` their engine time (a DMA's: its own data movement), ``wait_s`` how long they
+    waited (a queue standing free for a dependency or shared port, a DMA's data waiting for bandwidth
+    other transfers held) and ``waits_for`` what held them, most first (text)."""
+
+    source: str          # file:line
+    text: str
+    opcode: str
+    engine: str
+    count: int
+    path_s: float
+    busy_s: float
+    wait_s: float
+    waits_for: str
+
+
+@dataclass(frozen=True)
 class Report:
     """The cost-model estimate of one compiled kernel on one target (all times are estimates)."""
 
@@ -51,6 +74,9 @@ class Report:
     bottleneck: str                # engine with the most time on the critical path
     critical_path_s: dict          # engine -> seconds on the critical path
     critical_path: tuple           # CostLine segments, first to last (consecutive alike merged)
+    critical_path_count: int       # instructions on the critical path
+    critical_path_left_out: tuple  # (segments, instructions, seconds) not listed in critical_path
+    lines: tuple                   # LineCost per source line, most critical-path time first
     mfu: float
     hfu: float
     flops: int
@@ -73,6 +99,7 @@ class Report:
         d = {k: v for k, v in asdict(self).items() if k != "timeline"}
         d["critical_path"] = [asdict(c) for c in self.critical_path]
         d["top"] = [asdict(c) for c in self.top]
+        d["lines"] = [asdict(c) for c in self.lines]
         d["note"] = "all times are cost-model estimates, not measurements"
         return d
 
@@ -90,7 +117,9 @@ class Report:
     def table(self) -> str:
         """A readable summary."""
         us = lambda s: f"{s * 1e6:,.2f} us"
-        lines = [f"{self.kernel} on {self.target}: estimated latency {us(self.latency_s)} (estimate)",
+        lines = [f"{self.kernel} on {self.target}: estimated latency {us(self.latency_s)} (estimate)"]
+        lines += self._line_table(us) + [""]
+        lines += [
                  f"  likely range      {us(self.latency_low_s)} - {us(self.latency_high_s)} (estimate, from the "
                  "cost model's error on published measurements)",
                  f"  roofline          {us(self.roofline_s)} (estimate: flops at peak or HBM bytes at bandwidth)",
@@ -111,10 +140,39 @@ class Report:
             lines.append(f"  {us(c.time_s):>14} {c.count:>7}x {c.opcode:<14} {c.engine:<7} {c.source}")
             if c.text:
                 lines.append(f"  {'':>14}          {c.text.strip()[:90]}")
-        lines += ["", "  critical path (estimate, first to last):"]
+        shown = sum(c.time_s for c in self.critical_path)
+        left_seg, left_n, left_s = self.critical_path_left_out
+        lines += ["", f"  critical path (estimate, first to last): {self.critical_path_count:,} instructions, "
+                  f"{us(shown + left_s)} of the {us(self.latency_s)} latency (the rest: gaps between them)"]
         for c in self.critical_path:
             lines.append(f"  {us(c.time_s):>14} {c.count:>7}x {c.opcode:<14} {c.engine:<7} {c.source}")
+        if left_seg:
+            lines.append(f"  {us(left_s):>14} {left_n:>7}x left out: {left_seg:,} shorter segments between those "
+                         "listed (the per-line table above counts them)")
         return "\n".join(lines)
+
+    def _line_table(self, us) -> list[str]:
+        """The per-source-line rows that open the table."""
+        if not self.lines:
+            return []
+        top = self.lines[0]
+        out = [f"  bottleneck line   {top.source} ({us(top.path_s)} of the critical path, estimate)",
+               f"                    {top.text.strip()[:100]}"]
+        if top.wait_s > 0 and top.waits_for:
+            out.append(f"                    waits {us(top.wait_s)} (estimate) for {top.waits_for}")
+        out += ["", "  by source line (estimates; most critical-path time first):",
+                f"  {'critical path':>14} {'busy':>12} {'waiting':>12} {'count':>7}  line"]
+        for c in self.lines[:TOP_N]:
+            out.append(f"  {us(c.path_s):>14} {us(c.busy_s):>12} {us(c.wait_s):>12} {c.count:>6}x  {c.source}  "
+                       f"{c.opcode} ({c.engine})")
+            if c.text:
+                out.append(f"  {'':>49}{c.text.strip()[:90]}")
+            if c.wait_s > 0 and c.waits_for:
+                out.append(f"  {'':>49}waits for {c.waits_for}")
+        if len(self.lines) > TOP_N:
+            out.append(f"  ... {len(self.lines) - TOP_N} more lines, "
+                       f"{us(sum(c.path_s for c in self.lines[TOP_N:]))} of the critical path")
+        return out
 
 
 def _family(queue: str) -> str:
@@ -173,6 +231,53 @@ def _merge(items, key) -> list[CostLine]:
     return list(out.values())
 
 
+def _waits_for(blockers: dict, total: float) -> str:
+    """'DMA bandwidth held by load of y (line 16) 3.90 us, load of x (line 15) 2.10 us; nc_matmul (line 9)
+    1.20 us' from {(kind, label): seconds}: the biggest holders (at most 4) of at least 5% of the wait."""
+    kinds: dict = {}
+    for (kind, label), t in sorted(blockers.items(), key=lambda kv: -kv[1])[:4]:
+        if t >= 0.05 * total:
+            kinds.setdefault(kind, []).append(f"{label} {t * 1e6:,.2f} us")
+    head = {"bandwidth": "DMA bandwidth held by ", "port": "the shared port held by ", "dep": ""}
+    return "; ".join(head[k] + ", ".join(v) for k, v in kinds.items())
+
+
+def _line_costs(sch: Schedule, path: list[int]) -> list[LineCost]:
+    """One LineCost per source line, most critical-path time first (then busy time)."""
+    prog = sch.program
+    on_path = set(path)
+    rows: dict = {}
+    for i, ins in enumerate(prog.instructions):
+        src, text = _loc(ins)
+        fam = _family(sch.queue[i])
+        r = rows.setdefault(src, {"text": text, "ops": {}, "count": 0, "path": 0.0, "busy": 0.0, "wait": 0.0,
+                                  "by": {}})
+        r["ops"][(ins.opcode, fam)] = r["ops"].get((ins.opcode, fam), 0) + 1
+        r["count"] += 1
+        if i in on_path:
+            r["path"] += sch.end[i] - sch.start[i]
+        r["busy"] += sch.cost[i] if fam == "dma" else sch.end[i] - sch.start[i]
+        dep = sch.dep_wait_s[i] if sch.dep_wait_s else 0.0
+        if dep > 0:
+            r["wait"] += dep
+            key = ("port" if sch.reason[i] == "port" else "dep", describe(prog, sch.pred[i]))
+            r["by"][key] = r["by"].get(key, 0.0) + dep
+        bw = sch.bandwidth_wait_s[i] if sch.bandwidth_wait_s else 0.0
+        holders = sch.bandwidth_holders[i] if sch.bandwidth_holders else ()
+        if bw > 0 and holders:
+            r["wait"] += bw
+            over = sum(o for _, o in holders)
+            for j, o in holders:   # the wait shared out by how long each holder moved data in it
+                key = ("bandwidth", describe(prog, j))
+                r["by"][key] = r["by"].get(key, 0.0) + bw * o / over
+    out = []
+    for src, r in rows.items():
+        (op, fam), _ = max(r["ops"].items(), key=lambda kv: kv[1])
+        out.append(LineCost(src, r["text"], op, fam, r["count"], r["path"], r["busy"], r["wait"],
+                            _waits_for(r["by"], r["wait"])))
+    return sorted(out, key=lambda c: (-c.path_s, -c.busy_s))
+
+
 def summarize(sch: Schedule) -> Report:
     """The report of a schedule."""
     prog, target = sch.program, sch.target
@@ -202,8 +307,11 @@ def summarize(sch: Schedule) -> Report:
             segments[-1] = CostLine(src, text, last.opcode, fam, last.count + 1, last.time_s + t)
         else:
             segments.append(CostLine(src, text, prog.instructions[i].opcode, fam, 1, t))
-    if len(segments) > PATH_N:  # keep the costliest segments, in path order
+    left_out = (0, 0, 0.0)
+    if len(segments) > PATH_N:  # keep the costliest segments, in path order; count what is left out
         keep = set(sorted(range(len(segments)), key=lambda k: -segments[k].time_s)[:PATH_N])
+        dropped = [s for k, s in enumerate(segments) if k not in keep]
+        left_out = (len(dropped), sum(s.count for s in dropped), sum(s.time_s for s in dropped))
         segments = [s for k, s in enumerate(segments) if k in keep]
     bottleneck = max(ENGINES, key=lambda e: (path_s[e], busy[e])) if n else "none"
     model, hw, model_s, hw_s = _flops(prog, target)
@@ -215,6 +323,7 @@ def summarize(sch: Schedule) -> Report:
         kernel=prog.name, target=target.name, latency_s=latency, latency_low_s=low, latency_high_s=high,
         engine_busy_s=busy, engine_active=active,
         bottleneck=bottleneck, critical_path_s=path_s, critical_path=tuple(segments),
+        critical_path_count=len(path), critical_path_left_out=left_out, lines=tuple(_line_costs(sch, path)),
         mfu=model_s / safe if latency > 0 else 0.0, hfu=hw_s / safe if latency > 0 else 0.0,
         flops=model, hardware_flops=hw, roofline_s=max(model_s, hbm_s), hbm_bytes=sch.hbm_bytes,
         hbm_bytes_per_s=sch.hbm_bytes / safe, hbm_bandwidth_use=hbm_s / safe if latency > 0 else 0.0,

@@ -14,9 +14,9 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
-from bench_calibration import summary  # noqa: E402
+from bench_calibration import held_out_band, summary  # noqa: E402
 from calibration.rows import (KINDS, RowError, Snapshots, arguments, candidate_code,  # noqa: E402
-                              jit_function_name, load)
+                              doc_code_block, jit_function_name, load)
 
 
 def test_the_rows_file_is_complete():
@@ -129,3 +129,46 @@ def test_summary_is_mape_and_the_band_count():
     assert s["trn1/fit"]["within_band"] == 2 and s["trn1/all"]["rows"] == 4
     assert s["trn1/held-out"]["log_ratio_quantiles"]["p50"] == pytest.approx(math.log(2.0))
     assert "trn2/fit" not in s
+
+
+def test_at_least_a_third_of_each_targets_rows_is_held_out_on_trn2():
+    trn2 = [r for r in load() if r.target == "trn2" and not r.excluded]
+    held = [r for r in trn2 if r.split == "held-out"]
+    assert len(held) * 3 >= len(trn2), [r.id for r in held]
+
+
+DOC = """Some prose.
+
+.. code-block:: python
+
+    import nki
+
+    @nki.jit
+    def k(a):
+      return a
+
+More prose at the margin.
+
+.. code-block:: bash
+
+    echo no
+"""
+
+
+def test_a_doc_code_block_is_its_dedented_body():
+    code = doc_code_block(DOC, 3)
+    assert code == "import nki\n\n@nki.jit\ndef k(a):\n  return a\n"
+    assert jit_function_name(code) == "k"
+    with pytest.raises(RowError, match="line 14 .* not a '.. code-block:: python'"):
+        doc_code_block(DOC, 14)   # a bash block is not a kernel
+
+
+def test_the_uncertainty_band_comes_from_held_out_rows_only():
+    rows = ([{"target": "trn2", "split": "fit", "ratio": 3.0}] +
+            [{"target": "trn2", "split": "held-out", "ratio": x} for x in (0.9, 1.1, 1.2)] +
+            [{"target": "trn1", "split": "fit", "ratio": 1.0}, {"target": "trn1", "split": "held-out", "ratio": None}])
+    band = held_out_band(rows)
+    assert band == {"trn2": {"band": (0.9, 1.2), "rows": 3, "from": "min..max"}}   # the fit row's 3.0 is not in it
+    many = [{"target": "trn1", "split": "held-out", "ratio": 0.5 + 0.1 * k} for k in range(11)]   # 0.5..1.5
+    b = held_out_band(many)["trn1"]
+    assert b["from"] == "p10..p90" and b["band"] == (0.6, 1.4)

@@ -94,3 +94,18 @@ def test_serve_runs_a_hub_that_huggingface_hub_can_use(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_versions_and_info_without_a_version_say_nothing_about_a_default(kernels_env, make_kernel, capsys, caplog):
+    """``info`` without --version describes the newest version and says so; neither command logs the
+    loader's "no version given, using vN" warning (meant for kernels.get in a program, not for a listing)."""
+    import logging
+    caplog.set_level(logging.DEBUG)
+    assert main(["publish", str(make_kernel("1.0.0")), "--repo-id", REPO]) == 0
+    assert main(["publish", str(make_kernel("2.0.0", 3.0)), "--repo-id", REPO]) == 0
+    capsys.readouterr()
+    assert main(["versions", REPO]) == 0
+    assert main(["info", REPO]) == 0
+    out, err = capsys.readouterr()
+    assert f"{REPO} @ v2" in out and "newest" in out
+    assert "no version given" not in out + err + caplog.text

@@ -120,3 +120,21 @@ def test_build_repo_skips_bytecode(make_kernel, tmp_path):
     build_repo(pkg, tmp_path / "out", REPO)
     assert not list((tmp_path / "out").rglob("*.pyc"))
     assert (tmp_path / "out" / "README.md").is_file()
+
+
+def test_a_package_without_layers_publishes_with_a_note(kernels_env, make_kernel, capsys):
+    """A layers module is optional (as in Hugging Face kernels: get_kernel loads the repo, kernelize cannot
+    use it): the toy package has none, so publishing says so; with one, no note."""
+    from nkihub.cli import main
+
+    pkg = make_kernel("1.0.0")
+    assert not (pkg / "layers.py").exists()
+    res = publish(pkg, "neuron/toy-kernel")
+    assert len(res.notes) == 1 and "no layers module" in res.notes[0] and "kernelize" in res.notes[0]
+    assert str(res).splitlines()[1].startswith("note: toy_kernel has no layers module")
+    with_layers = make_kernel("1.0.1")
+    (with_layers / "layers.py").write_text("import torch\n\n\nclass Scale(torch.nn.Module):\n"
+                                           "    def forward(self, x):\n        return x\n")
+    assert main(["publish", str(with_layers), "--repo-id", "neuron/toy-kernel"]) == 0
+    out = capsys.readouterr().out
+    assert "published" in out and "note:" not in out

@@ -18,6 +18,7 @@ import pytest
 from huggingface_hub import HfApi
 
 from nkihub.hub_client import PublishConflictError
+from nkihub.hub_client.signing import parse_version
 from nkihub.kernels.publish import PublishError, publish
 
 REPO = "neuron/toy-kernel"
@@ -142,7 +143,7 @@ def test_tag_refused_by_the_hub_rolls_back_the_commit_and_branches(kernels_env, 
 RACER = textwrap.dedent("""
     import sys, time, pathlib
     from nkihub.hub_client import PublishConflictError
-    from nkihub.kernels.publish import publish
+    from nkihub.kernels.publish import PublishError, publish
     go = pathlib.Path(sys.argv[2])
     go.with_name(f"ready-{{sys.argv[3]}}").write_text("ready")
     while not go.exists():
@@ -153,6 +154,9 @@ RACER = textwrap.dedent("""
     except PublishConflictError as e:
         print("LOST", str(e).splitlines()[0])
         sys.exit(3)
+    except PublishError as e:  # a newer version of the major landed first: this one would move vN back
+        print("OLDER", str(e).splitlines()[0])
+        sys.exit(4)
 """)
 
 
@@ -201,9 +205,14 @@ def test_racing_publishers_of_different_versions_stay_consistent(kernels_env, ma
     publish(make_kernel("1.0.0"), REPO)
     packages = [make_kernel(f"1.0.{i + 1}", factor=float(10 + i)) for i in range(4)]
     results = race(packages, tmp_path / "go")
-    assert all(r.returncode in (0, 3) for r in results), [r.stderr[-800:] for r in results]
+    assert all(r.returncode in (0, 3, 4) for r in results), [r.stderr[-800:] for r in results]
     won = {r.stdout.split()[1]: r.stdout.split()[2] for r in results if r.returncode == 0}
     assert won
+    for r in results:  # a racer refused as older lost to a newer winner, and names it
+        if r.returncode == 4:
+            words = r.stdout.split()
+            released, mine = words[words.index("released") + 1], words[words.index("would") - 1]
+            assert "v" + released in won and parse_version(released) > parse_version(mine.rstrip(";")), r.stdout
     refs = check_every_tag_names_its_own_content(kernels_env)
     tags = {t.name: t.target_commit for t in refs.tags}
     assert tags == {"v1.0.0": tags["v1.0.0"], **won}  # losers left no tag

@@ -82,3 +82,18 @@ def test_debug_variable_shows_the_traceback(kfile, monkeypatch):
     monkeypatch.setenv("NKIHUB_DEBUG", "1")
     with pytest.raises(ValueError):
         main(["compile", f"{kfile}:add", "--shape", "0x3"])
+
+
+@pytest.mark.parametrize("command", ["profile", "compile", "simulate"])
+def test_too_few_shapes_name_the_parameter_and_how_to_give_it(kfile, capsys, command):
+    assert main([command, f"{kfile}:add", "--shape", "128x256"]) == 1
+    err = capsys.readouterr().err.splitlines()[0]
+    assert err.startswith(f"nkihub {command}: error:")
+    assert "parameter 'b' has no value" in err and "in order (a, b; 1 given)" in err
+    assert "--shape 128x512" in err and "--arg b=VALUE" in err
+    assert "missing a required argument" not in err
+
+
+def test_too_many_shapes_say_how_many_parameters_there_are(kfile, capsys):
+    assert main(["profile", f"{kfile}:add", "--shape", "128x8", "--shape", "128x8", "--shape", "128x8"]) == 1
+    assert "3 --shape flags for add, which takes 2 positional parameters (a, b)" in capsys.readouterr().err

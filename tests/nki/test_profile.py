@@ -83,3 +83,19 @@ def test_estimating_without_cost_compiles_each_launch_and_runs_nothing(monkeypat
 
     with pytest.raises(nki.KernelRuleError, match="sbuf"), nki.estimating(("trn1",), cost=False):
         too_big(np.ones((128, 64), np.float32))
+
+
+def test_profile_writes_no_file_until_asked_as_the_readme_says(tmp_path, monkeypatch):
+    """README: nki.profile returns a report and writes nothing; save_perfetto / save_png write the files."""
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    para = readme[readme.index("`nki.profile(kernel"):readme.index("## Autotune")]
+    assert "writes no file" in para and "save_perfetto" in para and "save_png" in para
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    r = nki.profile(double, np.zeros((128, 512), np.float32))
+    assert list(work.iterdir()) == []
+    r.timeline.save_perfetto(work / "t.json")
+    r.timeline.save_png(work / "t.png")
+    assert sorted(p.name for p in work.iterdir()) == ["t.json", "t.png"]

@@ -350,3 +350,24 @@ def test_a_strided_matmul_moving_operand_is_slower_and_a_strided_stationary_is_n
 
 import nki.isa as nisa          # noqa: E402  (used by the kernel above)
 import nki.language as nl       # noqa: E402
+
+
+# -- scalar_tensor_tensor with a PSUM input streams at N --------------------------------------------------
+
+def _stt_program(data_buffer: str):
+    """One Vector scalar_tensor_tensor of 512 fp32 columns: data in ``data_buffer``, operand1 in SBUF."""
+    d = _tile("d", 0, shape=(128, 512), buffer=data_buffer)
+    o = _tile("o", 4096, shape=(128, 512))
+    y = _tile("y", 8192, shape=(128, 512))
+    attrs = {"op0": "multiply", "operand0": 2.0, "op1": "add"}
+    return Program("stt", {"d": d, "o": o, "y": y},
+                   [Instruction("scalar_tensor_tensor", "vector", {"dst": _ap(y)},
+                                {"data": _ap(d), "operand1": _ap(o)}, attrs)])
+
+
+def test_scalar_tensor_tensor_with_a_psum_input_runs_at_n_not_2n():
+    hz = get_target("trn2").clock_hz("vector")
+    sbuf = schedule(_stt_program("sbuf"), "trn2").cost[0]
+    psum = schedule(_stt_program("psum"), "trn2").cost[0]
+    assert sbuf == pytest.approx(2 * 512 / hz)     # two tensor inputs in SBUF: 2N
+    assert psum == pytest.approx(512 / hz)         # one of them in PSUM: N (hardware.md)

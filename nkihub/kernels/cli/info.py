@@ -24,10 +24,14 @@ def run(args) -> int:
     from ..variants import select_variant
 
     versions = available_versions(args.repo_id, endpoint=args.endpoint, offline=False)
-    ref = _select_ref(args.repo_id, args.version, args.revision, args.endpoint, False, required=False)
+    # No --version: describe the newest, said here (not the loader's "no version given" warning, which is
+    # for kernels.get in a program). No version branches at all: _select_ref says so.
+    newest = args.version is None and args.revision is None and bool(versions)
+    version = max(versions) if newest else args.version
+    ref = _select_ref(args.repo_id, version, args.revision, args.endpoint, False, required=False)
     api = hf_api(config.endpoint(args.endpoint), config.token())
     commit = api.repo_info(args.repo_id, repo_type="kernel", revision=ref).sha
-    print(f"{args.repo_id} @ {ref} ({commit[:12]})")
+    print(f"{args.repo_id} @ {ref} ({commit[:12]}){'  (newest; --version N for another)' if newest else ''}")
     print(f"versions: {', '.join(f'v{v}' for v in sorted(versions)) or 'none'}")
     selection = select_variant(_remote_variants(args.repo_id, ref, args.endpoint), args.backend)
     print("variants:\n  " + selection.table().replace("\n", "\n  "))

@@ -1,6 +1,7 @@
 """The picture of a sweep: estimated latency by parameter value (one panel per parameter)."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from nkihub.nki.autotune.candidate import OK
@@ -9,15 +10,25 @@ _MARKERS = "os^Dv"
 
 
 def plot_report(report, path) -> Path:
-    """Write ``report`` (a TuneReport) as a PNG to ``path``: x is the parameter's value (its position in
-    the order values appear), y the estimated microseconds of each passing candidate, one colour per
-    target; the best candidate of each target is circled."""
+    """Write ``report`` (a TuneReport) as a PNG to ``path`` (``figure``)."""
+    fig = figure(report)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path
+
+
+def figure(report):
+    """``report`` (a TuneReport) as a matplotlib Figure: x is the parameter's value (its position in the
+    order values appear), y the estimated microseconds of each passing candidate, one colour per target;
+    the best candidate of each target is circled."""
     import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure   # no pyplot: no global state, nothing to close
 
     params = report.params or ["(no parameters)"]
-    fig, axes = plt.subplots(1, len(params), figsize=(3.6 * len(params) + 0.6, 3.4), squeeze=False)
+    fig = Figure(figsize=(3.6 * len(params) + 0.6, 3.4))
+    axes = fig.subplots(1, len(params), squeeze=False)
     for ax, p in zip(axes[0], params):
         values = list(dict.fromkeys(r.config.kwargs.get(p) for r in report.results))
         try:
@@ -35,14 +46,15 @@ def plot_report(report, path) -> Path:
                 ax.scatter([values.index(best.config.kwargs.get(p)) + shift], [best.latency_s * 1e6], s=140,
                            facecolors="none", edgecolors="black", linewidths=1.2)
         ax.set_xticks(range(len(values)), [repr(v) for v in values], fontsize=8)
+        ax.set_xlim(-0.5, len(values) - 0.5)
         ax.set_xlabel(p)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("estimated latency (us)")
-    axes[0][-1].legend(fontsize=8)
-    fig.suptitle(f"{report.kernel}: estimate by parameter (cost model; circled: best)", fontsize=10)
+    # Outside the last panel (no marker under it); the title wrapped to the figure's width, and the saved
+    # image grown to hold both (bbox_inches="tight"), so neither is cut off.
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    width_chars = int(fig.get_figwidth() * 72 / (10 * 0.6))   # ~0.6 em per character at 10 pt
+    fig.suptitle(textwrap.fill(f"{report.kernel}: estimated latency by parameter (cost model; circled: best)",
+                               width_chars), fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig

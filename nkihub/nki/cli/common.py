@@ -65,8 +65,9 @@ def add_kernel_args(p: argparse.ArgumentParser) -> None:
                    "else trn2)")
 
 
-def make_inputs(args, *, random: bool, seed: int = 0) -> tuple[list, dict]:
-    """(positional arrays, keyword constants) from ``--shape``/``--dtype``/``--arg``."""
+def make_inputs(args, *, random: bool, seed: int = 0, kernel=None) -> tuple[list, dict]:
+    """(positional arrays, keyword constants) from ``--shape``/``--dtype``/``--arg``; with ``kernel``, first
+    checks that every parameter without a default gets a shape or an ``--arg`` (``check_arguments``)."""
     shapes = [parse_shape(s) for s in args.shape]
     dtypes = args.dtype or ["float32"]
     if len(dtypes) not in (1, len(shapes)):
@@ -92,4 +93,33 @@ def make_inputs(args, *, random: bool, seed: int = 0) -> tuple[list, dict]:
             consts[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             consts[key] = value
+    if kernel is not None:
+        check_arguments(kernel, len(shapes), consts)
     return arrays, consts
+
+
+def check_arguments(kernel, n_shapes: int, consts: dict) -> None:
+    """Refuse, naming the parameter, a command line that leaves a parameter of ``kernel`` without a value:
+    the ``--shape`` flags fill its parameters in order, ``--arg NAME=VALUE`` the rest by name."""
+    import inspect
+    fn = getattr(kernel, "fn", kernel)
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return
+    name = getattr(fn, "__name__", "kernel")
+    if n_shapes > len(positional):
+        raise ValueError(f"{n_shapes} --shape flags for {name}, which takes {len(positional)} positional "
+                         f"parameters ({', '.join(p.name for p in positional) or 'none'})")
+    missing = [p.name for p in positional[n_shapes:] if p.default is p.empty and p.name not in consts]
+    missing += [p.name for p in params if p.kind == p.KEYWORD_ONLY and p.default is p.empty
+                and p.name not in consts]
+    if missing:
+        order = ", ".join(p.name for p in positional)
+        raise ValueError(
+            f"{name}: parameter {missing[0]!r} has no value: give one --shape per tensor parameter, in order "
+            f"({order}; {n_shapes} given), e.g. --shape 128x512, or a non-tensor one as --arg "
+            f"{missing[0]}=VALUE" + (f" (also missing: {', '.join(missing[1:])})" if missing[1:] else ""))

@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     kernel = load_kernel(args.kernel)
-    arrays, consts = make_inputs(args, random=False)
+    arrays, consts = make_inputs(args, random=False, kernel=kernel)
     program = nki.compile(kernel, *arrays, target=args.target, **consts)
     target = program.meta["compile"]["target"]
     out = Path(args.output or f"{program.name}.{target}.json")

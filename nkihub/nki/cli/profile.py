@@ -18,7 +18,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     kernel = load_kernel(args.kernel)
-    arrays, consts = make_inputs(args, random=False)
+    arrays, consts = make_inputs(args, random=False, kernel=kernel)
     report = nki.profile(kernel, *arrays, target=args.target, **consts)
     print(report.table())
     out_dir = Path(args.out_dir)

@@ -23,7 +23,7 @@ def _f32(a) -> np.ndarray:
 
 def run(args) -> int:
     kernel = load_kernel(args.kernel)
-    arrays, consts = make_inputs(args, random=True, seed=args.seed)
+    arrays, consts = make_inputs(args, random=True, seed=args.seed, kernel=kernel)
     outs = kernel.run(*arrays, target=args.target, **consts)
     outs = [] if outs is None else list(outs) if isinstance(outs, tuple) else [outs]
     for k, o in enumerate(outs):

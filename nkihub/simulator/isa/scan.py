@@ -10,7 +10,7 @@ import numpy as np
 from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import ELEMENTWISE, REDUCE, f32, fit, reduce_res_read, register, store
-from nkihub.simulator.isa.elementwise import _act_rules, _apply, _engine_cost, _reduce_into, operand
+from nkihub.simulator.isa.elementwise import _act_rules, _any_psum, _apply, _engine_cost, _reduce_into, operand
 from nkihub.simulator.rules import COMPUTE_RULES, column_operand, same_free_size, same_shape_as, same_partitions
 
 
@@ -51,8 +51,15 @@ def _stt(ins, src, dst, ctx):
     store(out, y)
 
 
+def _stt_cost(ins, program, target):
+    """Two tensor inputs: 2N on the Vector Engine, N when one of them is in PSUM (hardware.md "Cost rules":
+    any op with a PSUM input runs at N; the RMSNorm-Quant spec's trn2 profile shows ~0.66 us per 512
+    columns with a PSUM operand, N plus the access start, not 2N's 1.07 us)."""
+    return _engine_cost(ins, program, target, 2, fast=_any_psum(ins, program))
+
+
 register("scalar_tensor_tensor", rows=True, engines={"vector", "gpsimd"}, execute=_stt,
-         cost=lambda ins, p, t: _engine_cost(ins, p, t, 2),
+         cost=_stt_cost,
          rules=COMPUTE_RULES + (same_partitions("dst", "data", "operand0", "operand1"),
                                 same_free_size("dst", "data"), same_free_size("dst", "operand1"),
                                 column_operand("data", "operand0", source="nki.isa.scalar_tensor_tensor "
