@@ -56,14 +56,17 @@ class NkiError(Exception):
 
 
 class KernelRuleError(NkiError, ValueError):
-    """A kernel broke a hardware or language rule; names the rule, the operand and the source line."""
+    """A kernel broke a hardware or language rule; names the rule, the operand and the source line.
+
+    ``tensor`` is the operand's tensor as the author knows it (``TensorSpec.label``: ``'y_t' (sbuf_1)``)."""
 
     def __init__(self, rule: str, message: str, *, operand: str | None = None, shape=None, dtype=None,
-                 buffer=None, loc: SourceLoc | None = None):
+                 buffer=None, loc: SourceLoc | None = None, tensor: str | None = None):
         self.operand, self.shape, self.dtype, self.buffer = operand, shape, dtype, buffer
+        self.tensor = tensor
         detail = ""
         if operand is not None:
-            bits = [f"shape {tuple(shape)}" if shape is not None else None, str(dtype) if dtype else None,
+            bits = [tensor, f"shape {tuple(shape)}" if shape is not None else None, str(dtype) if dtype else None,
                     buffer]
             detail = f"operand '{operand}' ({', '.join(b for b in bits if b)}): "
         super().__init__(detail + message, rule=rule, loc=loc)

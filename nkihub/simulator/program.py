@@ -9,6 +9,7 @@ import functools
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,17 @@ FORMAT_VERSION = 1
 
 HBM_BUFFERS = frozenset({"hbm", "shared_hbm", "private_hbm"})
 ON_CHIP_BUFFERS = frozenset({"sbuf", "psum"})
+
+
+_BINDING = re.compile(r"\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=(?!=)")
+
+
+def bound_name(line: str) -> str | None:
+    """The variable a source line assigns to (``y_t = nl.load(y)`` -> ``y_t``; an annotated assignment
+    too), or None when the line binds no single name (a call statement, tuple unpacking, subscript)."""
+    m = _BINDING.match(line or "")
+    # ``dst=o,`` is a keyword argument on a continuation line of a call, not a binding
+    return m.group(1) if m and not line.rstrip().endswith((",", "(")) else None
 
 
 @dataclass
@@ -64,6 +76,13 @@ class TensorSpec:
     @property
     def size(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def label(self) -> str:
+        """The tensor as its author knows it: a kernel parameter by its name (``'x'``), a tile or tensor
+        by the variable its source line bound it to beside our name (``'y_t' (sbuf_1)``), else our name."""
+        var = bound_name(self.loc.text) if self.loc is not None and self.kind != "input" else None
+        return f"'{var}' ({self.name})" if var and var != self.name else f"'{self.name}'"
 
     @property
     def np_dtype(self) -> np.dtype:

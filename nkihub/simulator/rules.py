@@ -19,7 +19,7 @@ def fail(rule: str, message: str, ins: Instruction, program: Program, role: str 
     return KernelRuleError(rule, f"{ins.opcode}: {message}", operand=role,
                            shape=ap.shape if ap is not None else None,
                            dtype=spec.dtype if spec else None, buffer=spec.buffer if spec else None,
-                           loc=ins.loc)
+                           loc=ins.loc, tensor=spec.label if spec else None)
 
 
 def operands(ins: Instruction):
@@ -148,6 +148,55 @@ def same_free_size(dst_role: str, src_role: str):
             raise fail("shape-mismatch", f"has {fs} elements per partition but '{dst_role}' has {fd} "
                        f"(shape {d.shape})", ins, program, src_role, s)
     rule.__doc__ = f"'{src_role}' matches '{dst_role}' in elements per partition."
+    return rule
+
+
+def column_operand(data_role: str, *roles: str, source: str):
+    """Rule factory: each of ``roles``, when a tile rather than an immediate, is a ``(data.shape[0], 1)``
+    vector: as many partitions as ``data_role`` and one element per partition (``source``: the AWS page
+    that states it)."""
+    def rule(ins, program, target):
+        data = ins.src.get(data_role)
+        for role in roles:
+            ap = ins.src.get(role)
+            if ap is None or data is None:
+                continue
+            free = ap.size // max(1, partitions(ap))
+            if partitions(ap) != partitions(data) or free != 1:
+                raise fail("scalar-operand-shape", f"'{role}' must be a compile-time scalar or a "
+                           f"(data.shape[0], 1) = ({partitions(data)}, 1) vector, one value per partition "
+                           f"(source: {source})", ins, program, role, ap)
+    rule.__name__ = "column_operand"
+    rule.rule = "scalar-operand-shape"
+    rule.roles = roles
+    rule.source = source
+    rule.breaking = ((128, 3), (128, 64))   # operand shapes that break it, for data (128, 64)
+    rule.keeping = (128, 1)
+    rule.__doc__ = (f"{', '.join(roles)}: a compile-time scalar or a ({data_role}.shape[0], 1) vector "
+                    f"(source: {source}).")
+    return rule
+
+
+def same_shape_as(data_role: str, *roles: str, source: str):
+    """Rule factory: each of ``roles`` has ``data_role``'s partitions and elements per partition, with no
+    broadcasting (``source``: the AWS page that states it)."""
+    def rule(ins, program, target):
+        data = ins.src.get(data_role)
+        for role in roles:
+            ap = ins.src.get(role)
+            if ap is None or data is None:
+                continue
+            if partitions(ap) != partitions(data) or ap.size != data.size:
+                raise fail("operand-shape", f"'{role}' must have the shape of '{data_role}' "
+                           f"({partitions(data)} partitions of {data.size // max(1, partitions(data))} elements; "
+                           f"no broadcasting) (source: {source})", ins, program, role, ap)
+    rule.__name__ = "same_shape_as"
+    rule.rule = "operand-shape"
+    rule.roles = roles
+    rule.source = source
+    rule.breaking = ((128, 1), (1, 64))     # operand shapes that break it, for data (128, 64)
+    rule.keeping = (128, 64)
+    rule.__doc__ = f"{', '.join(roles)}: the shape of {data_role}, no broadcasting (source: {source})."
     return rule
 
 

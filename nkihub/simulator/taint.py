@@ -111,8 +111,8 @@ class Taints:
         role, ap, missing = self.first_reads[origin]
         first = self.program.instructions[origin]
         where = f" (written at {reached.loc})" if reached.loc and reached is not first else ""
-        return fail("read-uninitialized", f"reads {missing} of {ap.size} elements of '{ap.tensor}' that nothing "
-                    f"wrote, and the result reaches '{dst.tensor}'{where}", first, self.program, role, ap)
+        return fail("read-uninitialized", f"reads {missing} of {ap.size} elements of {self.program.tensors[ap.tensor].label} "
+                    f"that nothing wrote, and the result reaches {self.program.tensors[dst.tensor].label}{where}", first, self.program, role, ap)
 
 
 def _moves(ins: Instruction) -> bool:

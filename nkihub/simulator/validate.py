@@ -1,6 +1,6 @@
 """Validation of a Program for a target: every instruction's operand rules, then a dataflow walk that
 finds reads of memory nothing wrote, writes to constants, outputs left unwritten, and loop-carried
-dependencies inside ``affine_range`` (associative PSUM matmul accumulation excepted). Inputs may be
+dependencies inside ``affine_range`` (associative accumulations excepted: ``EXEMPT_TEXT``). Inputs may be
 written: a kernel writes output tensors its caller passes in (they start with the caller's data).
 """
 from __future__ import annotations
@@ -66,11 +66,38 @@ def validate(program: Program, target, *, rules: bool = True) -> None:
     _dataflow(program)
 
 
+# The operators an in-place update may combine its running value with and stay an associative reduction
+# (AWS's affine_range page: "associative reductions are not considered loop carried dependencies", its
+# example being nc_matmul accumulation into one buffer). Stated once: the error message and
+# docs/simulator.md quote this set.
+REDUCTION_OPS = ASSOCIATIVE
+
+EXEMPT_TEXT = ("associative accumulations are exempt: nc_matmul accumulating into PSUM, and an in-place "
+               "elementwise update t = t <op> x whose every operator on t is the same one of "
+               + ", ".join(sorted(REDUCTION_OPS)))
+
+
+def _chain_ops(ins: Instruction, role: str) -> tuple | None:
+    """The operators applied to operand ``role`` on its way to the destination, in order, for the
+    elementwise rows that are a chain of binary operators; None for other rows (never a reduction)."""
+    a = ins.attrs
+    if ins.opcode == "tensor_tensor":
+        return (a.get("op"),)
+    if ins.opcode in ("tensor_scalar", "tensor_scalar_reduce") and role == "data":
+        return tuple(op for op in (a.get("op0"), a.get("op1")) if op is not None)
+    if ins.opcode == "scalar_tensor_tensor":
+        return (a.get("op0"), a.get("op1")) if role == "data" else (a.get("op1"),) if role == "operand1" else None
+    return None
+
+
 def _in_place_reduction(ins: Instruction, role: str, ap: AccessPattern) -> bool:
-    """``t += x`` in an affine_range: an elementwise instruction reading exactly the view it writes with an
-    associative operator is a reduction, not a loop-carried dependency (as NKI documents)."""
-    return role not in ins.dst and ap in ins.dst.values() and ELEMENTWISE in opdef(ins.opcode).categories \
-        and ins.attrs.get("op", ins.attrs.get("op0")) in ASSOCIATIVE
+    """``t = t + x`` in an affine_range: an elementwise instruction reading exactly the view it writes, that
+    combines it with the other operands by one associative operator throughout (``t = (t + a) + b``,
+    not ``t = t * 0.5 + b``), is a reduction, not a loop-carried dependency (see ``REDUCTION_OPS``)."""
+    if role in ins.dst or ap not in ins.dst.values() or ELEMENTWISE not in opdef(ins.opcode).categories:
+        return False
+    ops = _chain_ops(ins, role)
+    return bool(ops) and len(set(ops)) == 1 and ops[0] in REDUCTION_OPS
 
 
 def _distinct(ap: AccessPattern) -> bool:
@@ -172,15 +199,15 @@ def _dataflow(program: Program) -> None:
                     where = f" (written at {writer.loc})" if writer.loc else ""
                     at = f" at {loop.loc}" if loop.loc else ""
                     raise fail("loop-carried-dependency",
-                               f"iteration {it} of the affine_range{at} reads '{ap.tensor}' written by an "
-                               f"earlier iteration{where}; affine_range iterations must be independent: "
-                               "use nl.sequential_range for a loop-carried value (PSUM matmul "
-                               "accumulation is the one exception)", ins, program, role, ap)
+                               f"iteration {it} of the affine_range{at} reads {program.tensors[ap.tensor].label} "
+                               f"written by an earlier iteration{where}; affine_range iterations must be "
+                               "independent: use nl.sequential_range for a loop-carried value (only "
+                               f"{EXEMPT_TEXT})", ins, program, role, ap)
         for role, ap in ins.dst.items():
             spec = program.root(ap.tensor)
             root = spec.name
             if spec.kind == "constant":
-                raise fail("write-to-constant", f"writes constant '{ap.tensor}'", ins, program, role, ap)
+                raise fail("write-to-constant", f"writes constant {program.tensors[ap.tensor].label}", ins, program, role, ap)
             view = view_of(ap)
             taint.write(ins, row.categories, ap, root, stamps_of(ap.tensor).size, read_taints, fam[ap.tensor][1],
                         row.taint)
@@ -205,6 +232,6 @@ def _dataflow(program: Program) -> None:
         missing = count_unwritten(view_of(AccessPattern.row_major(name, spec.shape)),
                                   AccessPattern.row_major(name, spec.shape))
         if missing:
-            raise KernelRuleError("output-not-written", f"output '{name}' has {missing} of {spec.size} "
+            raise KernelRuleError("output-not-written", f"output {spec.label} has {missing} of {spec.size} "
                                   "elements that the kernel never writes", operand=name, shape=spec.shape,
                                   dtype=spec.dtype, buffer=spec.buffer, loc=spec.loc)

@@ -12,7 +12,7 @@ from nkihub.simulator.dtypes import as_dtype
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import ELEMENTWISE, GENERATE, ROUNDED, f32, fit, reduce_res_read, register, store
 from nkihub.simulator.isa.fast import NoBind, column, fitted, reader, refresher, understands, writer
-from nkihub.simulator.rules import COMPUTE_RULES, fail, partitions, same_free_size, same_partitions
+from nkihub.simulator.rules import COMPUTE_RULES, column_operand, same_shape_as, fail, partitions, same_free_size, same_partitions
 
 
 def _n(ins) -> int:
@@ -141,7 +141,9 @@ def _tt_cost(ins, program, target):
 
 register("tensor_tensor", engines={"vector", "gpsimd"}, execute=_tensor_tensor, cost=_tt_cost, bind=_tt_bind,
          rules=COMPUTE_RULES + (same_partitions("dst", "data1", "data2"), same_free_size("dst", "data1"),
-                                same_free_size("dst", "data2")),
+                                same_free_size("dst", "data2"),
+                                same_shape_as("data1", "data2",
+                                              source="nki.isa.tensor_tensor (AWS NKI API reference)")),
          categories={ELEMENTWISE})
 
 
@@ -195,7 +197,9 @@ def _ts_cost(ins, program, target):
 register("tensor_scalar", engines={"vector", "scalar", "gpsimd"}, execute=_tensor_scalar, cost=_ts_cost,
          bind=_ts_bind,
          rules=COMPUTE_RULES + (same_partitions("dst", "data", "operand0", "operand1"),
-                                same_free_size("dst", "data")),
+                                same_free_size("dst", "data"),
+                                column_operand("data", "operand0", "operand1",
+                                               source="nki.isa.tensor_scalar (AWS NKI API reference)")),
          categories={ELEMENTWISE})
 
 
@@ -277,7 +281,9 @@ def _act_rules(ins, program, target):
 
 register("activation", engines={"scalar"}, execute=_activation, cost=_act_cost, bind=_act_bind,
          rules=COMPUTE_RULES + (same_partitions("dst", "data", "bias", "scale"), same_free_size("dst", "data"),
-                                _act_rules),
+                                _act_rules,
+                                column_operand("data", "scale", "bias",
+                                               source="nki.isa.activation (AWS NKI API reference)")),
          categories={ELEMENTWISE, ROUNDED},
          reads_dst=reduce_res_read)
 

@@ -11,7 +11,7 @@ from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import ELEMENTWISE, REDUCE, f32, fit, reduce_res_read, register, store
 from nkihub.simulator.isa.elementwise import _act_rules, _any_psum, _apply, _engine_cost, _reduce_into, operand
-from nkihub.simulator.rules import COMPUTE_RULES, same_free_size, same_partitions
+from nkihub.simulator.rules import COMPUTE_RULES, column_operand, same_free_size, same_shape_as, same_partitions
 
 
 def _scan(ins, src, dst, ctx):
@@ -61,7 +61,11 @@ def _stt_cost(ins, program, target):
 register("scalar_tensor_tensor", rows=True, engines={"vector", "gpsimd"}, execute=_stt,
          cost=_stt_cost,
          rules=COMPUTE_RULES + (same_partitions("dst", "data", "operand0", "operand1"),
-                                same_free_size("dst", "data"), same_free_size("dst", "operand1")),
+                                same_free_size("dst", "data"), same_free_size("dst", "operand1"),
+                                column_operand("data", "operand0", source="nki.isa.scalar_tensor_tensor "
+                                               "(AWS NKI API reference)"),
+                                same_shape_as("data", "operand1", source="nki.isa.scalar_tensor_tensor "
+                                              "(AWS NKI API reference)")),
          categories={ELEMENTWISE})
 
 
@@ -78,7 +82,9 @@ register("tensor_scalar_reduce", rows=True, engines={"vector"}, execute=_tsr,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 1) + cr.seconds(cr.ACTIVATION_REDUCE_EXTRA_CYCLES, t,
                                                                          "vector"),
          rules=COMPUTE_RULES + (same_partitions("dst", "data", "operand0", "reduce_res"),
-                                same_free_size("dst", "data"), _act_rules),
+                                same_free_size("dst", "data"), _act_rules,
+                                column_operand("data", "operand0", source="nki.isa.tensor_scalar_reduce "
+                                               "(AWS NKI API reference)")),
          categories={ELEMENTWISE, REDUCE},
          reads_dst=reduce_res_read)
 
