@@ -10,8 +10,7 @@ differently, measured on the library kernels (see docs/simulator.md):
   row without a bind runs its ``execute`` on the bound views. A Program's first call runs unbound (the
   rows' ``execute`` on views made as it goes): the batched plan replaces the steps on the next call.
 - **Fast exact casts** (``simulator.convert``) and one ``np.errstate`` per run instead of one per call.
-- **Batched** (from the second call, ``simulator.batching``; planned on a thread of its own during the
-  first call when two lanes are set, so the second call only binds): independent same-shaped instructions
+- **Batched** (from the second call, ``simulator.batching``): independent same-shaped instructions
   run as one stacked operation, shared at run time between two lanes (``simulator.schedule``,
   ``simulator.threads``); in windows when the renamed storage would pass ``NKIHUB_SIM_BATCH_MEMORY``.
 - **Memory returned.** After a run, an arena whose pages cost little to fault in again next to the run
@@ -310,8 +309,6 @@ class Replay:
         self.batch_note = "not tried yet"
         self._lay = (None, None)     # (batches or None, its _Layout)
         self.busy = 0                # runs in progress (``simulator.memory``)
-        self._planner: threading.Thread | None = None   # plans during the first call (``_plan_ahead``)
-        self._planned = None         # what it made: Batches, or the exception planning raised
 
     def held_bytes(self) -> int:
         """Estimated memory of the plan and bound steps this engine keeps between runs."""
@@ -328,9 +325,6 @@ class Replay:
                 return False
             self._pool.clear()
             self._lay = (None, None)
-            if self._planner is not None and self._planner.is_alive():   # planning ahead: busy
-                return False
-            self._planner = self._planned = None
             if self._batches:
                 self._batches, self.batch_note = None, "plan dropped to free memory; planned again on the next call"
             return True
@@ -353,51 +347,20 @@ class Replay:
                 self._batches, self.batch_note = False, "too few instructions to pay for planning"
             else:
                 self._pool.clear()     # the unbatched workspaces' steps: not kept alive while planning
-                planner, self._planner = self._planner, None
-                if planner is not None:     # planned during the first call: take its plan
-                    planner.join()
-                    got, self._planned = self._planned, None
-                else:
-                    try:
-                        with _gc_paused():
-                            got = plan_batches(self.program, config.batch_memory())
-                    except NotBatchable as exc:
-                        got = exc
-                if isinstance(got, NotBatchable):
-                    self._batches, self.batch_note = False, f"not batched: {got}"
-                elif isinstance(got, BaseException):
-                    raise got
-                else:
-                    self._batches = got
-                    self.batch_note = "batched" if got.dataflow.windows == 1 else \
-                        f"batched in {got.dataflow.windows} windows"
+                try:
+                    with _gc_paused():
+                        self._batches = plan_batches(self.program, config.batch_memory())
+                    self.batch_note = "batched" if self._batches.dataflow.windows == 1 else \
+                        f"batched in {self._batches.dataflow.windows} windows"
+                except NotBatchable as exc:
+                    self._batches, self.batch_note = False, f"not batched: {exc}"
         return self._batches or None
-
-    def _plan_ahead(self) -> None:
-        """Start planning the batched schedule on a thread while the first call runs unbound, so the
-        second call finds it made. That run keeps one core (one BLAS thread, its numpy work outside
-        the GIL), planning is Python on the other; what planning raises is raised by the second call."""
-        if self._planner is not None or self._batches is not None or self.batch is not None \
-                or config.batching() != "auto" or len(self.program.instructions) < BATCH_MIN_INSTRUCTIONS:
-            return
-        budget = config.batch_memory()
-
-        def plan():
-            try:
-                with _gc_paused():
-                    self._planned = plan_batches(self.program, budget)
-            except BaseException as exc:    # noqa: BLE001  handed to the second call
-                self._planned = exc
-        self._planner = threading.Thread(target=plan, name=f"nkihub-plan-{self.program.name}", daemon=True)
-        self._planner.start()
 
     def _take(self) -> _Workspace:
         lanes = max(1, config.fast_threads())
         with self._lock:
             self._calls += 1
             batches = self._batched()
-            if self._calls == 1 and batches is None and config.fast_threads() >= 2:
-                self._plan_ahead()
             # The first call of a Program the batched plan will take over runs unbound (binding costs
             # about as much as the run it would speed up).
             bound = batches is not None or self._calls > 1 or self.batch is False or config.batching() == "never"

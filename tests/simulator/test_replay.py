@@ -109,30 +109,6 @@ def test_batching_starts_on_the_second_call_of_a_program_worth_it(monkeypatch):
     assert rp.batch_note == "batched"
 
 
-@pytest.mark.parametrize("outcome", ["plan", "not batchable"])
-def test_the_plan_is_made_on_another_thread_during_the_first_call(monkeypatch, outcome):
-    from nkihub.simulator import replay
-    from nkihub.simulator.dataflow import NotBatchable
-    monkeypatch.delenv("NKIHUB_SIM_BATCH", raising=False)
-    monkeypatch.setenv("NKIHUB_SIM_THREADS", "2")
-    planned_on = []
-
-    def spy(program, budget=None):
-        planned_on.append(threading.get_ident())
-        if outcome == "not batchable":
-            raise NotBatchable("spy says no")
-        return plan_batches(program, budget)
-    monkeypatch.setattr(replay, "plan_batches", spy)
-    x = _x(BATCH_MIN_INSTRUCTIONS // 4 + 1)
-    prog, target = _compiled(x)
-    want = Executor(prog, target).run([x])
-    rp = Replay(prog, target)
-    assert _bits_equal(rp.run([x]), want)
-    assert _bits_equal(rp.run([x]), want) and _bits_equal(rp.run([x]), want)
-    assert len(planned_on) == 1 and planned_on[0] != threading.get_ident()
-    assert rp.batch_note == ("batched" if outcome == "plan" else "not batched: spy says no")
-
-
 def test_concurrent_runs_from_python_threads():
     xs = [_x(4, np.float32, s) for s in range(6)]
     prog, target = _compiled(xs[0])
