@@ -263,12 +263,38 @@ def _more_suites() -> dict:
 SUITES.update(_more_suites())
 
 
+def _reset_peak() -> bool:
+    """Reset this process's peak resident memory (Linux ``clear_refs`` 5); False where it cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_gb() -> float:
+    """This process's peak resident memory since the last reset (``VmHWM``), GB; else ``ru_maxrss``."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / (1 << 20)
+    except OSError:
+        pass
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20)
+
+
 def run_cases(root: Path, cases: list[Case], out=sys.stdout, verbose=False) -> int:
-    """Run ``cases`` against the checkout at ``root``; print one row each; return how many passed."""
+    """Run ``cases`` against the checkout at ``root``; print one row each (status, wall seconds, the
+    process's peak resident memory during the case, reference); return how many passed. The peak is reset
+    before each case where Linux allows it, else it is the process's peak so far (marked ``>=``)."""
     load = Loader(root)
     passed = 0
     width = max((len(c.name) for c in cases), default=10)
     for case in cases:
+        exact = _reset_peak()
         t0 = time.perf_counter()
         printed = io.StringIO()   # what the sample prints goes with its row (-v), not between rows
         try:
@@ -285,7 +311,9 @@ def run_cases(root: Path, cases: list[Case], out=sys.stdout, verbose=False) -> i
             detail += "\n  printed: " + printed.getvalue().strip().replace("\n", "\n  printed: ")
         secs = time.perf_counter() - t0
         ref = f"[ref {case.reference}]"
-        print(f"{case.name:<{width}}  {status:<8} {secs:6.1f}s {ref:<12} {detail}".rstrip(), file=out, flush=True)
+        peak = f"{'' if exact else '>='}{_peak_gb():.2f} GB"
+        print(f"{case.name:<{width}}  {status:<8} {secs:6.1f}s {peak:>9} {ref:<12} {detail}".rstrip(), file=out,
+              flush=True)
     return passed
 
 

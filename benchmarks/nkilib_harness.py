@@ -9,12 +9,16 @@ Get a snapshot of the library (it is never committed here), then run the harness
     .venv/bin/python benchmarks/nkilib_harness.py /tmp/nkilib
     .venv/bin/python benchmarks/nkilib_harness.py /tmp/nkilib --only cumsum,rope -v
     .venv/bin/python benchmarks/nkilib_harness.py --list   # the kernel list and where each row's shapes come from
+    .venv/bin/python benchmarks/nkilib_harness.py /tmp/nkilib --full   # the rows at their tests' largest shapes
 
 Each row runs in its own process with a time limit, through four stages: it *imports* (the kernel module
 and its reference import against nkihub's ``nki``), *traces* (the kernel traces into a Program for the
 row's inputs), *runs* (the simulator executes it) and *matches* (every output is within the tolerance
 the library's integration test uses, by that test's validator rule). The table prints the stage each
-row reached and the first line of the error that stopped it. The kernels' code is never edited; what
+row reached, the row's wall time and the peak resident memory of its process (``ru_maxrss``: imports, inputs,
+trace, run and reference together), and the first line of the error that stopped it. ``--full`` runs the
+rows that have a full-shape variant (``nkilib_compat.rows.full_shape``: the largest shape the test lists)
+at that shape instead, with a longer time limit. The kernels' code is never edited; what
 only the references need (``neuron_dtypes``, which is not on PyPI) comes from a labelled stand-in
 (benchmarks/nkilib_compat/standins.py).
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -67,11 +72,12 @@ def _outputs(result) -> list:
     return [result]
 
 
-def run_row(snapshot: str, name: str) -> dict:
-    """Run one row in this process; returns {name, stage, error, detail, seconds}."""
+def run_row(snapshot: str, name: str, full: bool = False) -> dict:
+    """Run one row in this process (its full-shape variant with ``full``); returns {name, stage, error,
+    detail, seconds, peak_gb} (peak_gb: this process's peak resident memory so far, GB)."""
     from nkilib_compat import snapshot as snap
     from nkilib_compat.compare import compare
-    from nkilib_compat.rows import ROWS, Lib
+    from nkilib_compat.rows import FULL, ROWS, Lib
     import numpy as np
 
     t0 = time.perf_counter()
@@ -79,6 +85,7 @@ def run_row(snapshot: str, name: str) -> dict:
 
     def done():
         res["seconds"] = round(time.perf_counter() - t0, 2)
+        res["peak_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20), 2)
         return res
 
     snap.prepare(snapshot)
@@ -86,7 +93,7 @@ def run_row(snapshot: str, name: str) -> dict:
     from nkihub.nki.arrays import to_numpy
     from nkilib_compat.catalogue.pending import NotLaunchable
     try:
-        case = ROWS[name].build(Lib())
+        case = (FULL if full else ROWS)[name].build(Lib())
     except NotLaunchable as exc:   # imported fine; the harness cannot launch this row yet
         res["stage"], res["error"] = "imports", f"not launched: {exc}"
         return done()
@@ -148,8 +155,8 @@ def run_row(snapshot: str, name: str) -> dict:
     return done()
 
 
-def _child(snapshot: str, name: str, timeout: float) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), snapshot, "--one", name]
+def _child(snapshot: str, name: str, timeout: float, full: bool = False) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), snapshot, "--one", name] + (["--full"] if full else [])
     t0 = time.perf_counter()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -170,25 +177,29 @@ def main(argv=None) -> int:
                     help=f"unpacked aws-neuron/nki-library checkout (default {DEFAULT_SNAPSHOT})")
     ap.add_argument("--only", help="comma-separated row names")
     ap.add_argument("--list", action="store_true", help="print the kernel list and exit")
-    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per row (default 120)")
+    ap.add_argument("--timeout", type=float, help="seconds per row (default 120, 1800 with --full)")
+    ap.add_argument("--full", action="store_true",
+                    help="run the rows that have one at their test's largest shape (see nkilib_compat.rows.FULL)")
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("-v", "--verbose", action="store_true", help="print each row's comparison detail")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    from nkilib_compat.rows import ROWS
+    from nkilib_compat.rows import FULL, ROWS
     from nkilib_compat import catalogue  # noqa: F401  (registers the rows)
 
     if args.one:
-        print(json.dumps(run_row(str(Path(args.snapshot).resolve()), args.one)))
+        print(json.dumps(run_row(str(Path(args.snapshot).resolve()), args.one, args.full)))
         return 0
-    names = list(ROWS) if not args.only else [n.strip() for n in args.only.split(",")]
-    unknown = [n for n in names if n not in ROWS]
+    table = FULL if args.full else ROWS
+    timeout = args.timeout or (1800.0 if args.full else 120.0)
+    names = list(table) if not args.only else [n.strip() for n in args.only.split(",")]
+    unknown = [n for n in names if n not in table]
     if unknown:
-        ap.error(f"unknown rows {unknown}; --list shows them")
+        ap.error(f"unknown rows {unknown}{' (with no full shape)' if args.full else ''}; --list shows them")
     if args.list:
-        print(f"{len(ROWS)} kernels (each public nki-library entry point with a torch reference or an "
+        print(f"{len(table)} kernels (each public nki-library entry point with a torch reference or an "
               "integration test):")
-        for r in ROWS.values():
+        for r in table.values():
             extra = f"  [needs {r.needs}]" if r.needs else ""
             print(f"  {r.name:28s} {r.kernel}\n  {'':28s} reference {r.reference}; shapes from {r.source}{extra}")
         return 0
@@ -197,11 +208,14 @@ def main(argv=None) -> int:
         ap.error(f"{snapshot} is not an nki-library checkout (no src/nkilib_src/nkilib); see --help")
     results = []
     width = max(len(n) for n in names)
-    print(f"{'kernel':{width}s}  {'stage':15s} {'secs':>6s}  first error")
+    print(f"{'kernel':{width}s}  {'stage':15s} {'secs':>6s} {'peak GB':>7s}  first error")
     for n in names:
-        r = _child(snapshot, n, args.timeout)
+        if args.full:
+            print(f"{n}: {FULL[n].source}", flush=True)
+        r = _child(snapshot, n, timeout, args.full)
         results.append(r)
-        print(f"{n:{width}s}  {r['stage']:15s} {r.get('seconds', 0):6.1f}  {r['error']}", flush=True)
+        peak = f"{r['peak_gb']:7.2f}" if "peak_gb" in r else f"{'-':>7s}"
+        print(f"{n:{width}s}  {r['stage']:15s} {r.get('seconds', 0):6.1f} {peak}  {r['error']}", flush=True)
         if args.verbose and r.get("detail"):
             print(f"{'':{width}s}  {r['detail']}")
     counts = {s: sum(r["stage"] == s for r in results) for s in STAGES}

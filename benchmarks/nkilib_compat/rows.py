@@ -50,6 +50,23 @@ class Case:
     target: str | None = None       # the platform the test runs on ("trn3" for the MX kernels), else the default
 
 
+FULL: dict[str, "Row"] = {}   # row name -> the same kernel at the largest shape of its test's parameter list
+
+
+def full_shape(name: str, *, source: str):
+    """Register ``fn(lib) -> Case``: row ``name``'s kernel at the largest shape its integration test lists
+    (``source`` says which), run by the harness's ``--full`` mode instead of the small shape."""
+    def deco(fn):
+        if name not in ROWS:
+            raise ValueError(f"full shape of unknown row {name!r} (define the row first)")
+        if name in FULL:
+            raise ValueError(f"full shape of row {name!r} is defined twice")
+        small = ROWS[name]
+        FULL[name] = Row(name, small.kernel, small.reference, source, fn, small.needs)
+        return fn
+    return deco
+
+
 def row(name: str, *, kernel: str, reference: str, source: str, needs: str = ""):
     """Register a row builder ``fn(lib) -> Case``."""
     def deco(fn):

@@ -93,7 +93,7 @@ class ReadPlan:
 
 
 def _free_span(ap: AccessPattern) -> int:
-    return 1 + sum(s * (n - 1) for s, n in ap.dims[1:])
+    return ap.free_span
 
 
 def storage_span(ap: AccessPattern) -> int:

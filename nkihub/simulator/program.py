@@ -146,6 +146,12 @@ class AccessPattern:
     def size(self) -> int:
         return math.prod(self.shape)
 
+    @functools.cached_property
+    def free_span(self) -> int:
+        """Elements per partition from the first to the last one touched: 1 + sum of stride x (size - 1)
+        over the free dims (asked for many times per access pattern while planning)."""
+        return 1 + sum(s * (n - 1) for s, n in self.dims[1:])
+
     def extent(self) -> tuple[int, int]:
         """Lowest and one-past-highest flat element index touched."""
         lo = hi = self.offset

@@ -6,7 +6,7 @@ import numpy as np
 
 import nki.language as nl
 
-from nkilib_compat.rows import Case, randn, row, torch_reference
+from nkilib_compat.rows import Case, full_shape, randn, row, torch_reference
 
 BF16 = ml_dtypes.bfloat16
 
@@ -15,14 +15,27 @@ BF16 = ml_dtypes.bfloat16
      reference="core.attention.attention_cte_torch:attention_cte_torch_ref",
      source="test_attention_cte.py no_cp unit [1, 128, 128, 128, 1.0, bf16, causal, tp_q=False, tp_out=True]")
 def attention_cte(lib):
+    return _attention_cte(lib, 128, 128, tp_q=False, tp_out=True)
+
+
+@full_shape("attention_cte", source="test_attention_cte.py no_cp unit [1, 9216, 9216, 64, 1.0, bf16, causal, "
+            "tp_q=True, tp_out=False] (the largest of its bf16 causal cases the test validates)")
+def attention_cte_full(lib):
+    return _attention_cte(lib, 9216, 64, tp_q=True, tp_out=False)
+
+
+def _attention_cte(lib, s: int, d: int, tp_q: bool, tp_out: bool):
+    """attention_cte, batch 1, causal, q = kv length ``s``, head size ``d``, bf16 (q [1, s, d] with ``tp_q``,
+    else [1, d, s]; the output laid out alike by ``tp_out``)."""
     import torch
     kernel = lib.get("core.attention.attention_cte:attention_cte")
     ref = torch_reference(lib.get("core.attention.attention_cte_torch:attention_cte_torch_ref"), cast_back=BF16,
                           drop=("mm_out_dtype",))
-    bs, s, d = 1, 128, 128
-    inputs = {"q": randn((bs, d, s), BF16, 1), "k": randn((bs, d, s), BF16, 2), "v": randn((bs, s, d), BF16, 3),
+    bs = 1
+    inputs = {"q": randn((bs, s, d) if tp_q else (bs, d, s), BF16, 1), "k": randn((bs, d, s), BF16, 2),
+              "v": randn((bs, s, d), BF16, 3),
               "scale": 1.0, "causal_mask": True, "k_prior": None, "v_prior": None, "prior_used_len": None,
-              "sink": None, "sliding_window": 0, "tp_q": False, "tp_k": False, "tp_out": True,
+              "sink": None, "sliding_window": 0, "tp_q": tp_q, "tp_k": False, "tp_out": tp_out,
               "cp_offset": None, "global_cp_deg": None, "cp_strided_q_slicing": False, "cache_softmax": False,
               "softmax_dtype": nl.float32, "mm_out_dtype": nl.float32, "bound_min": None, "bound_max": None}
 

@@ -6,7 +6,7 @@ import numpy as np
 
 import nki.language as nl
 
-from nkilib_compat.rows import Case, randn, row
+from nkilib_compat.rows import Case, full_shape, randn, row
 
 BF16 = ml_dtypes.bfloat16
 
@@ -48,6 +48,14 @@ def _mlp_reference(lib, inputs):
 def mlp_cte(lib):
     kernel = lib.get("core.mlp.mlp:mlp")
     inputs = _mlp_inputs(lib, 1, 512, 1024, 448, fused_add=True, store_add=False)
+    return Case(kernel, inputs, lambda: _mlp_reference(lib, inputs), rtol=2e-2, atol=1e-5)
+
+
+@full_shape("mlp_cte", source="test_mlp_cte.py unit [1, 1, 8192, 8192, 448, RMS_NORM, NONE, fused_add, no store_add, "
+            "SiLU] (its largest)")
+def mlp_cte_full(lib):
+    kernel = lib.get("core.mlp.mlp:mlp")
+    inputs = _mlp_inputs(lib, 1, 8192, 8192, 448, fused_add=True, store_add=False)
     return Case(kernel, inputs, lambda: _mlp_reference(lib, inputs), rtol=2e-2, atol=1e-5)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import nki.language as nl
 
 from nkilib_compat.catalogue.moe import moe_problem
-from nkilib_compat.rows import Case, row
+from nkilib_compat.rows import Case, full_shape, row
 
 BF16 = ml_dtypes.bfloat16
 
@@ -100,12 +100,12 @@ def blockwise_mm_bwd(lib):
      reference="the tests' blockwise MoE forward (restated in torch)",
      source="test_bwmm_shard_on_H.py [6144, T, 16, 512, 4, 336, bf16, 0, POST_SCALE], T cut from 4096 to 512, "
             "lnc=2", needs="lnc2")
-def bwmm_shard_on_h(lib):
+def bwmm_shard_on_h(lib, t: int = 512):
     import torch
     kernel = lib.get("experimental.moe.forward.bwmm_shard_on_H:blockwise_mm_baseline_shard_hidden")
     SkipMode = lib.get("core.moe.moe_cte.moe_cte_utils:SkipMode")
     Scale = lib.get("core.utils.common_types:ExpertAffinityScaleMode")
-    h, t, e, b, k, i = 6144, 512, 16, 512, 4, 336
+    h, e, b, k, i = 6144, 16, 512, 4, 336
     p = moe_problem(t, h, e, b, k, i, down_rows=math.ceil(i / 16) * 16)
     hidden, aff, w_gu, w_down = p["hidden"], p["aff"], p["w_gu"], p["w_down"]
     pos_to_id, block_to_expert = p["pos_to_id"], p["block_to_expert"]
@@ -120,3 +120,9 @@ def bwmm_shard_on_h(lib):
         out = blockwise_moe(f(hidden), f(aff), f(w_gu), f(w_down), pos_to_id, block_to_expert, b)[0]
         return [out.numpy().astype(BF16)]
     return Case(kernel, inputs, expected, lnc=2, rtol=2e-2, atol=1e-5)
+
+
+@full_shape("bwmm_shard_on_H", source="test_bwmm_shard_on_H.py [6144, 4096, 16, 512, 4, 336, bf16, 0, POST_SCALE], "
+            "lnc=2 (T not cut)")
+def bwmm_shard_on_h_full(lib):
+    return bwmm_shard_on_h(lib, 4096)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from nkilib_compat.rows import Case, randn, row, torch_reference
+from nkilib_compat.rows import Case, full_shape, randn, row, torch_reference
 
 BF16 = ml_dtypes.bfloat16
 
@@ -89,6 +89,15 @@ def qkv_cte(lib):
     inputs = _qkv_inputs(lib, 1, 128, 512, 512, "RMS_NORM", True, d_head=None, num_q_heads=None,
                          num_kv_heads=None)
     return Case(kernel, inputs, lambda: _norm_qkv(lib, inputs, True)[:1], rtol=2e-2, atol=1e-5)
+
+
+@full_shape("qkv_cte", source="test_qkv_cte.py accuracy [1, 1, 512, 16384, None, 768, bf16, NO_NORM, no fused_add, "
+            "no norm bias] (its largest)")
+def qkv_cte_full(lib):
+    kernel = lib.get("core.qkv.qkv:qkv")
+    inputs = _qkv_inputs(lib, 1, 512, 16384, 768, "NO_NORM", False, d_head=None, num_q_heads=None,
+                         num_kv_heads=None)
+    return Case(kernel, inputs, lambda: _norm_qkv(lib, inputs, False)[:1], rtol=2e-2, atol=1e-5)
 
 
 @row("qkv_tkg", kernel="core.qkv.qkv:qkv (token-generation path, qkv_tkg)",
