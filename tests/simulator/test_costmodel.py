@@ -61,6 +61,17 @@ def test_well_tiled_matmul_keeps_the_tensor_engine_busy():
     assert r.engine_active["tensor"] > 0.6 and r.mfu > 0.6
 
 
+def test_back_to_back_matmuls_sustain_the_documented_trn2_tensor_engine_peak():
+    """The Trainium2 architecture page: 79 BF16 and 20 FP32 dense TFLOPS per NeuronCore-v3. Back-to-back
+    128x128x512 matmuls accumulating in PSUM, the stationary loaded behind the previous moving tensor (fast
+    weight load), keep the Tensor Engine at that rate: its busy time is the flops at the peak (within the
+    page's rounding)."""
+    K, M, N = 1024, 1024, 2048
+    for dtype, peak in ((BF16, 79e12), (np.float32, 20e12)):
+        r = nki.profile(resident_matmul, *arrays((K, M), (K, N), dtype=dtype), target="trn2")
+        assert r.engine_busy_s["tensor"] == pytest.approx(2 * K * M * N / peak, rel=0.02)
+
+
 def test_hoisting_loads_out_of_the_inner_loop_lowers_the_estimate():
     args = arrays((512, 256), (512, 1024))
     for target in ("trn1", "trn2"):
