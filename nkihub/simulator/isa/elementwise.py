@@ -12,7 +12,8 @@ from nkihub.simulator.dtypes import as_dtype
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import ELEMENTWISE, GENERATE, ROUNDED, f32, fit, reduce_res_read, register, store
 from nkihub.simulator.isa.fast import NoBind, column, fitted, reader, refresher, understands, writer
-from nkihub.simulator.rules import COMPUTE_RULES, column_operand, same_shape_as, fail, partitions, same_free_size, same_partitions
+from nkihub.simulator.rules import (COMPUTE_RULES, Documented, cited_same_free_size, cited_same_partitions,
+                                     column_operand, documents, exact_partitions, fail, partitions, same_shape_as)
 
 
 def _n(ins) -> int:
@@ -140,8 +141,8 @@ def _tt_cost(ins, program, target):
 
 
 register("tensor_tensor", engines={"vector", "gpsimd"}, execute=_tensor_tensor, cost=_tt_cost, bind=_tt_bind,
-         rules=COMPUTE_RULES + (same_partitions("dst", "data1", "data2"), same_free_size("dst", "data1"),
-                                same_free_size("dst", "data2"),
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "data1", "data2"), cited_same_free_size("dst", "data1"),
+                                cited_same_free_size("dst", "data2"),
                                 same_shape_as("data1", "data2",
                                               source="nki.isa.tensor_tensor (AWS NKI API reference)")),
          categories={ELEMENTWISE})
@@ -196,8 +197,8 @@ def _ts_cost(ins, program, target):
 
 register("tensor_scalar", engines={"vector", "scalar", "gpsimd"}, execute=_tensor_scalar, cost=_ts_cost,
          bind=_ts_bind,
-         rules=COMPUTE_RULES + (same_partitions("dst", "data", "operand0", "operand1"),
-                                same_free_size("dst", "data"),
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "data", "operand0", "operand1"),
+                                cited_same_free_size("dst", "data"),
                                 column_operand("data", "operand0", "operand1",
                                                source="nki.isa.tensor_scalar (AWS NKI API reference)")),
          categories={ELEMENTWISE})
@@ -279,9 +280,13 @@ def _act_rules(ins, program, target):
                    "reduce_res")
 
 
+documents(_act_rules, Documented("reduce-result-shape", ("reduce_res",), None,
+                                "reduce_res holds one element per partition ([P, 1])"))
+
+
 register("activation", engines={"scalar"}, execute=_activation, cost=_act_cost, bind=_act_bind,
-         rules=COMPUTE_RULES + (same_partitions("dst", "data", "bias", "scale"), same_free_size("dst", "data"),
-                                _act_rules,
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "data", "bias", "scale"), cited_same_free_size("dst", "data"),
+                                _act_rules, exact_partitions("dst", "reduce_res"),
                                 column_operand("data", "scale", "bias",
                                                source="nki.isa.activation (AWS NKI API reference)")),
          categories={ELEMENTWISE, ROUNDED},
@@ -308,7 +313,7 @@ def _copy_bind(ins, src, dst, sc):
 
 
 register("tensor_copy", engines={"vector", "scalar", "gpsimd"}, execute=_tensor_copy, cost=_ts_cost, bind=_copy_bind,
-         rules=COMPUTE_RULES + (same_partitions("dst", "src"), same_free_size("dst", "src")),
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "src"), cited_same_free_size("dst", "src")),
          categories={ELEMENTWISE},
          # an output dtype attribute rounds the values on the way
          copies=lambda ins: "src" if not ins.attrs else None)
@@ -326,7 +331,8 @@ def _predicated(ins, src, dst, ctx):
 
 register("tensor_copy_predicated", rows=True, engines={"vector"}, execute=_predicated,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 2),
-         rules=COMPUTE_RULES + (same_partitions("dst", "src", "predicate"), same_free_size("dst", "predicate")),
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "src", "predicate"), cited_same_free_size("dst", "predicate"),
+                                cited_same_free_size("dst", "src")),
          categories={ELEMENTWISE}, reads_dst=lambda ins: True)
 
 
@@ -352,7 +358,7 @@ def _recip_cost(ins, program, target):
 
 
 register("reciprocal", rows=True, engines={"vector"}, execute=_reciprocal, cost=_recip_cost,
-         rules=COMPUTE_RULES + (same_partitions("dst", "data"), same_free_size("dst", "data")),
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "data"), cited_same_free_size("dst", "data")),
          categories={ELEMENTWISE})
 
 
@@ -389,6 +395,10 @@ def _gpsimd_cost(ins, program, target):
     return cr.seconds(cr.gpsimd_cycles(_n(ins) * cr.stride_slowdown(ins, program)), target, "gpsimd")
 
 
+documents(_pattern_rule, Documented("pattern-size", ("dst",), None,
+                                    "the access pattern describes dst's elements per partition"))
+
+
 register("iota", engines={"gpsimd"}, execute=_iota, cost=_gpsimd_cost,
          rules=COMPUTE_RULES + (_pattern_rule,), categories={GENERATE})
 
@@ -404,6 +414,6 @@ def _affine_select(ins, src, dst, ctx):
 
 
 register("affine_select", engines={"gpsimd"}, execute=_affine_select, cost=_gpsimd_cost,
-         rules=COMPUTE_RULES + (_pattern_rule, same_partitions("dst", "on_true_tile"),
-                                same_free_size("dst", "on_true_tile")),
+         rules=COMPUTE_RULES + (_pattern_rule, cited_same_partitions("dst", "on_true_tile"),
+                                cited_same_free_size("dst", "on_true_tile")),
          categories={ELEMENTWISE})

@@ -7,7 +7,7 @@ from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.convert import F32, caster
 from nkihub.simulator.isa.base import ACCUMULATE, MATMUL, f32, register, store
 from nkihub.simulator.isa.fast import NoBind, reader, refresher, strict_reshape, understands
-from nkihub.simulator.rules import COMPUTE_RULES, fail, partitions
+from nkihub.simulator.rules import COMPUTE_RULES, Documented, documents, fail, partitions
 
 MATMUL_IN_DTYPES = frozenset({"float8_e4m3", "float8_e5m2", "float8_e4m3fn", "bfloat16", "float16",
                               "float32"})
@@ -194,6 +194,22 @@ def _matmul_cost(ins, program, target):
     return cr.seconds(cr.matmul_cycles(n, fp32=fp32, double_row=double, n_stationary=_free(st)), target, "tensor")
 
 
+documents(_matmul_rules,
+          Documented("matmul-buffer", ("stationary", "moving", "dst"), None,
+                     "stationary and moving in SBUF; the result in PSUM"),
+          Documented("matmul-dtype", ("stationary", "moving", "dst"), None,
+                     "inputs fp8/bf16/fp16/fp32 (fp32 only with fp32); the PSUM result fp32 (bf16 on trn3)"),
+          Documented("matmul-contraction", ("moving",), None, "stationary and moving share the partition "
+                     "(contraction) dim"),
+          Documented("matmul-stationary-size", ("stationary",), None, "stationary free size at most 128"),
+          Documented("matmul-moving-size", ("moving",), None, "moving free size at most 512"),
+          Documented("matmul-output-shape", ("dst",), None, "dst is [stationary free, moving free]"),
+          Documented("psum-bank", ("dst",), "nki.isa.nc_matmul (PSUM accumulation group: one 2 KiB bank)",
+                     "one matmul output stays in one PSUM bank (trn1, trn2)"),
+          Documented("matmul-perf-mode", ("stationary", "moving"), "nki.isa.matmul_perf_mode",
+                     "double_row: NeuronCore-v3+, fp8 operands [K, 2, F]"))
+
+
 register("nc_matmul", engines={"tensor"}, execute=_matmul, cost=_matmul_cost, bind=_matmul_bind,
          # The matmul rules first: their messages (e.g. the stationary free size) say more than the
          # generic partition limit the same mistake would also break.
@@ -246,6 +262,14 @@ def _transpose_cost(ins, program, target):
     if ins.engine == "tensor":
         return cr.seconds(slow * cr.pe_transpose_cycles(partitions(data), _free(data)), target, "tensor")
     return cr.seconds(cr.vector_cycles(_free(data) * slow), target, "vector")
+
+
+documents(_transpose_rules,
+          Documented("transpose-shape", ("dst",), None, "dst is [data free, data partitions]"),
+          Documented("transpose-buffer", ("data", "dst"), None,
+                     "on the Tensor Engine data is in SBUF and dst in PSUM"),
+          Documented("transpose-size", ("data",), None,
+                     "the Vector Engine transposes at most 32x32; the Tensor Engine at most 128 free"))
 
 
 register("nc_transpose", engines={"tensor", "vector"}, execute=_transpose, cost=_transpose_cost,

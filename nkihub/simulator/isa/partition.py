@@ -8,7 +8,7 @@ from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import CROSS_PARTITION, DMA, ELEMENTWISE, REDUCE, f32, free_elems, register, store
 from nkihub.simulator.isa.dma import _dma_cost, _dma_rules
-from nkihub.simulator.rules import COMPUTE_RULES, fail, partitions
+from nkihub.simulator.rules import COMPUTE_RULES, Documented, documents, exact_partitions, fail, partitions
 from nkihub.simulator.taint import CLEAN, per_partition
 
 QUADRANT = 32          # nc_stream_shuffle moves data within groups of 32 partitions
@@ -31,6 +31,11 @@ def _pr_rules(ins, program, target):
         alu.reduce_name(ins.attrs["op"])
     except ValueError as exc:
         raise fail("reduce-op", str(exc), ins, program, "data") from None
+
+
+documents(_pr_rules,
+          Documented("shape-mismatch", ("dst",), None, "dst is one partition of data's free size"),
+          Documented("reduce-op", ("data",), None, "op is add, max, bitwise_or or bitwise_and"))
 
 
 register("tensor_partition_reduce", engines={"gpsimd"}, execute=_partition_reduce,
@@ -80,10 +85,16 @@ def _shuffle_taint(ins, role, t, dst):
     return np.broadcast_to(out.reshape((-1,) + (1,) * (len(dst.shape) - 1)), dst.shape)
 
 
+documents(_shuffle_rules,
+          Documented("shuffle-mask", ("src",), None, "shuffle_mask is 32 partition numbers in 0..31 or 255"),
+          Documented("shape-mismatch", ("src",), None, "src and dst hold the same elements per partition"),
+          Documented("dtype-mismatch", ("src",), None, "src and dst have the same dtype"))
+
+
 register("nc_stream_shuffle", engines={"vector"}, execute=_shuffle,
          cost=lambda ins, p, t: cr.seconds(cr.vector_cycles(free_elems(ins.src["src"].shape)
                                                          * cr.stride_slowdown(ins, p)), t, "vector"),
-         rules=COMPUTE_RULES + (_shuffle_rules,), categories={CROSS_PARTITION, ELEMENTWISE},
+         rules=COMPUTE_RULES + (exact_partitions("dst", "src"), _shuffle_rules), categories={CROSS_PARTITION, ELEMENTWISE},
          reads_dst=lambda ins: SHUFFLE_SKIP in ins.attrs["shuffle_mask"], taint=_shuffle_taint)
 
 
@@ -136,6 +147,11 @@ def _n_gather_rules(ins, program, target):
         raise fail("shape-mismatch", "dst holds as many elements per partition as indices", ins, program, "dst")
     if program.tensor_of(i).dtype not in ("uint32", "int32", "uint16"):
         raise fail("index-dtype", "indices must be an integer tile (uint32)", ins, program, "indices")
+
+
+documents(_n_gather_rules,
+          Documented("shape-mismatch", ("dst",), None, "dst holds as many elements per partition as indices"),
+          Documented("index-dtype", ("indices",), None, "indices are an integer (uint32) tile"))
 
 
 register("nc_n_gather", engines={"gpsimd"}, execute=_n_gather,
