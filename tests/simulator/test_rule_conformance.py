@@ -233,6 +233,12 @@ CALLS: dict[str, Call] = {
         old=lambda t, a: old_isa.nc_stream_shuffle(t["src"], t["dst"], **a),
         attrs={"shuffle_mask": list(range(31, -1, -1))}, old_attrs={"shuffle_mask": list(range(31, -1, -1))},
         expect=lambda i: i["src"].reshape(4, 32, F)[:, ::-1].reshape(P, F), old_takes_dst=True),
+    "nc_stream_shuffle/broadcast": Call(   # AWS's test_broadcast_partition: one src partition to 32
+        {"src": _f(1, F), "dst": _f(32, F)},
+        new=lambda t, a: nisa.nc_stream_shuffle(dst=t["dst"], src=t["src"], **a),
+        old=lambda t, a: old_isa.nc_stream_shuffle(t["src"], t["dst"], **a),
+        attrs={"shuffle_mask": [0] * 32}, old_attrs={"shuffle_mask": [0] * 32},
+        expect=lambda i: np.repeat(i["src"], 32, axis=0), old_takes_dst=True),
     "nc_n_gather": Call(
         {"data": TILE, "indices": _f(P, 16, dtype="uint32", values="index"), "dst": _f(P, 16)},
         new=lambda t, a: nisa.nc_n_gather(dst=t["dst"], data=t["data"], indices=t["indices"]),
@@ -333,6 +339,7 @@ SPECIFIC = [
     Break("nc_stream_shuffle", "shuffle-mask", "src", attrs={"shuffle_mask": [0] * 31},
           old_attrs={"shuffle_mask": [0] * 31}),
     Break("nc_stream_shuffle", "shape-mismatch", "src", {"src": _f(P, 32)}),
+    Break("nc_stream_shuffle", "shuffle-mask", "src", {"src": _f(64, F)}),
     Break("nc_stream_shuffle", "dtype-mismatch", "src", {"src": _f(P, F, dtype=BF)}),
     Break("nc_n_gather", "shape-mismatch", "dst", {"dst": _f(P, 8)}),
     Break("nc_n_gather", "index-dtype", "indices", {"indices": _f(P, 16)}),
@@ -447,8 +454,7 @@ COVERAGE: dict[str, tuple[str, ...]] = {
     "max8": ("engine-buffer", "partition-mismatch", "start-partition", "top8-shape"),
     "nc_find_index8": ("engine-buffer", "partition-mismatch", "start-partition", "top8-shape"),
     "nc_match_replace8": ("engine-buffer", "partition-mismatch", "shape-mismatch", "start-partition", "top8-shape"),
-    "nc_stream_shuffle": ("dtype-mismatch", "engine-buffer", "partition-mismatch", "shape-mismatch", "shuffle-mask",
-                          "start-partition"),
+    "nc_stream_shuffle": ("dtype-mismatch", "engine-buffer", "shape-mismatch", "shuffle-mask", "start-partition"),
     "nc_n_gather": ("engine-buffer", "index-dtype", "shape-mismatch", "start-partition"),
 }
 

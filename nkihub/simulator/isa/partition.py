@@ -8,7 +8,7 @@ from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import CROSS_PARTITION, DMA, ELEMENTWISE, REDUCE, f32, free_elems, register, store
 from nkihub.simulator.isa.dma import _dma_cost, _dma_rules
-from nkihub.simulator.rules import COMPUTE_RULES, Documented, documents, exact_partitions, fail, partitions
+from nkihub.simulator.rules import COMPUTE_RULES, Documented, documents, fail, partitions
 from nkihub.simulator.taint import CLEAN, per_partition
 
 QUADRANT = 32          # nc_stream_shuffle moves data within groups of 32 partitions
@@ -64,6 +64,13 @@ def _shuffle_rules(ins, program, target):
         raise fail("shuffle-mask", f"shuffle_mask holds {QUADRANT} partition numbers in 0..{QUADRANT - 1} "
                    f"(or {SHUFFLE_SKIP})", ins, program, "src")
     d, s = ins.dst["dst"], ins.src["src"]
+    # Each dst quadrant q reads src partitions q + mask[i]: a narrower src (one partition broadcast, AWS's
+    # test_broadcast_partition) is fine as long as every partition read exists.
+    for q in range(0, partitions(d), QUADRANT):
+        for i, m in enumerate(mask):
+            if m != SHUFFLE_SKIP and q + i < partitions(d) and q + m >= partitions(s):
+                raise fail("shuffle-mask", f"dst partition {q + i} reads src partition {q + m}, but src spans "
+                           f"{partitions(s)} partitions", ins, program, "src")
     if d.size // max(1, partitions(d)) != s.size // max(1, partitions(s)):
         raise fail("shape-mismatch", "src and dst hold the same elements per partition", ins, program, "src")
     if program.tensor_of(d).dtype != program.tensor_of(s).dtype:
@@ -86,7 +93,8 @@ def _shuffle_taint(ins, role, t, dst):
 
 
 documents(_shuffle_rules,
-          Documented("shuffle-mask", ("src",), None, "shuffle_mask is 32 partition numbers in 0..31 or 255"),
+          Documented("shuffle-mask", ("src",), None, "shuffle_mask is 32 partition numbers in 0..31 or 255, "
+                     "each naming a partition src has"),
           Documented("shape-mismatch", ("src",), None, "src and dst hold the same elements per partition"),
           Documented("dtype-mismatch", ("src",), None, "src and dst have the same dtype"))
 
@@ -94,7 +102,7 @@ documents(_shuffle_rules,
 register("nc_stream_shuffle", engines={"vector"}, execute=_shuffle,
          cost=lambda ins, p, t: cr.seconds(cr.vector_cycles(free_elems(ins.src["src"].shape)
                                                          * cr.stride_slowdown(ins, p)), t, "vector"),
-         rules=COMPUTE_RULES + (exact_partitions("dst", "src"), _shuffle_rules), categories={CROSS_PARTITION, ELEMENTWISE},
+         rules=COMPUTE_RULES + (_shuffle_rules,), categories={CROSS_PARTITION, ELEMENTWISE},
          reads_dst=lambda ins: SHUFFLE_SKIP in ins.attrs["shuffle_mask"], taint=_shuffle_taint)
 
 
