@@ -123,18 +123,25 @@ def engine_buffers(ins, program, target):
                        "from PSUM", ins, program, in_psum[1])
 
 
+def check_partitions(ins, program, roles, broadcast: bool) -> None:
+    """The operands ``roles`` (those present) span the partitions of the first; with ``broadcast`` a
+    one-partition operand is accepted too. Raises ``partition-mismatch``."""
+    present = [(r, ins.src.get(r) or ins.dst.get(r)) for r in roles]
+    present = [(r, ap) for r, ap in present if ap is not None]
+    if not present:
+        return
+    first_role, first = present[0]
+    for role, ap in present[1:]:
+        if partitions(ap) != partitions(first) and not (broadcast and partitions(ap) == 1):
+            raise fail("partition-mismatch", f"spans {partitions(ap)} partitions but '{first_role}' spans "
+                       f"{partitions(first)}" + ("" if broadcast else "; they must be equal"),
+                       ins, program, role, ap)
+
+
 def same_partitions(*roles):
     """Rule factory: the named operands span the same number of partitions."""
     def rule(ins, program, target):
-        present = [(r, ins.src.get(r) or ins.dst.get(r)) for r in roles]
-        present = [(r, ap) for r, ap in present if ap is not None]
-        if not present:
-            return
-        first_role, first = present[0]
-        for role, ap in present[1:]:
-            if partitions(ap) != partitions(first) and partitions(ap) != 1:
-                raise fail("partition-mismatch", f"spans {partitions(ap)} partitions but '{first_role}' "
-                           f"spans {partitions(first)}", ins, program, role, ap)
+        check_partitions(ins, program, roles, broadcast=True)
     rule.__doc__ = f"Operands {', '.join(roles)} span the same partitions."
     return rule
 
@@ -266,6 +273,7 @@ def operand_dtype(source: str, **allowed):
                 raise fail("operand-dtype", f"'{role}' must be {' or '.join(sorted(dtypes))} "
                            f"(source: {source})", ins, program, role, ap)
     rule.__name__ = "operand_dtype"
+    rule.allowed = dict(allowed)
     return documents(rule, Documented("operand-dtype", tuple(allowed), source,
                                       "; ".join(f"{r}: {', '.join(sorted(d))}" for r, d in allowed.items())))
 
@@ -293,15 +301,21 @@ def exact_partitions(*roles):
     broadcast: a reduction's or a per-partition result's rows are the input's rows), raised as
     ``partition-mismatch``."""
     def rule(ins, program, target):
-        present = [(r, ins.src.get(r) or ins.dst.get(r)) for r in roles]
-        present = [(r, ap) for r, ap in present if ap is not None]
-        if not present:
-            return
-        first_role, first = present[0]
-        for role, ap in present[1:]:
-            if partitions(ap) != partitions(first):
-                raise fail("partition-mismatch", f"spans {partitions(ap)} partitions but '{first_role}' spans "
-                           f"{partitions(first)}; they must be equal", ins, program, role, ap)
+        check_partitions(ins, program, roles, broadcast=False)
     rule.__name__ = "exact_partitions"
     return documents(rule, Documented("partition-mismatch", roles[1:], None,
                                       f"{', '.join(roles[1:])} span exactly {roles[0]}'s partitions"))
+
+
+def same_dtype(ref_role: str, role: str):
+    """Rule factory: ``role`` has ``ref_role``'s dtype (a page states it), raised as ``dtype-mismatch``."""
+    def rule(ins, program, target):
+        a, b = ins.src.get(ref_role) or ins.dst.get(ref_role), ins.src.get(role) or ins.dst.get(role)
+        if a is None or b is None:
+            return
+        da, db = program.tensors[a.tensor].dtype, program.tensors[b.tensor].dtype
+        if da != db:
+            raise fail("dtype-mismatch", f"'{role}' is {db} but '{ref_role}' is {da}; they must be equal",
+                       ins, program, role, b)
+    rule.__name__ = "same_dtype"
+    return documents(rule, Documented("dtype-mismatch", (role,), None, f"{role} has {ref_role}'s dtype"))

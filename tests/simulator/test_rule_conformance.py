@@ -197,13 +197,16 @@ CALLS: dict[str, Call] = {
         derived="on_true_tile", old_grid=True),
     "range_select": Call(
         {"on_true_tile": TILE, "bound0": COL, "bound1": COL, "reduce_res": COL, "dst": TILE},
-        new=lambda t, a: nisa.range_select(dst=t["dst"], on_true_tile=t["on_true_tile"], comp_op0=nl.greater_equal, comp_op1=nl.less, bound0=t["bound0"], bound1=t["bound1"], reduce_res=t["reduce_res"], reduce_op=nl.maximum),
-        old=lambda t, a: old_isa.range_select(on_true_tile=t["on_true_tile"], comp_op0=np.greater_equal, comp_op1=np.less, bound0=t["bound0"], bound1=t["bound1"], reduce_cmd=old_isa.reduce_cmd.reset_reduce, reduce_res=t["reduce_res"], reduce_op=np.maximum),
+        new=lambda t, a: nisa.range_select(dst=t["dst"], on_true_tile=t["on_true_tile"], comp_op1=nl.less, bound0=t["bound0"], bound1=t["bound1"], reduce_res=t["reduce_res"], **a),
+        old=lambda t, a: old_isa.range_select(on_true_tile=t["on_true_tile"], comp_op1=np.less, bound0=t["bound0"], bound1=t["bound1"], reduce_cmd=old_isa.reduce_cmd.reset_reduce, reduce_res=t["reduce_res"], **a),
+        attrs={"comp_op0": nl.greater_equal, "reduce_op": nl.maximum},
+        old_attrs={"comp_op0": np.greater_equal, "reduce_op": np.maximum},
         derived="on_true_tile"),
     "select_reduce": Call(
         {"predicate": _f(P, F, values="pred"), "on_true": TILE, "on_false": COL, "reduce_res": COL, "dst": TILE},
-        new=lambda t, a: nisa.select_reduce(dst=t["dst"], predicate=t["predicate"], on_true=t["on_true"], on_false=t["on_false"], reduce_res=t["reduce_res"], reduce_cmd=RC.reset_reduce, reduce_op=nl.maximum),
-        old=lambda t, a: old_isa.select_reduce(dst=t["dst"], predicate=t["predicate"], on_true=t["on_true"], on_false=t["on_false"], reduce_res=t["reduce_res"], reduce_cmd=old_isa.reduce_cmd.reset_reduce, reduce_op=np.maximum),
+        new=lambda t, a: nisa.select_reduce(dst=t["dst"], predicate=t["predicate"], on_true=t["on_true"], on_false=t["on_false"], reduce_res=t["reduce_res"], reduce_cmd=RC.reset_reduce, **a),
+        old=lambda t, a: old_isa.select_reduce(dst=t["dst"], predicate=t["predicate"], on_true=t["on_true"], on_false=t["on_false"], reduce_res=t["reduce_res"], reduce_cmd=old_isa.reduce_cmd.reset_reduce, **a),
+        attrs={"reduce_op": nl.maximum}, old_attrs={"reduce_op": np.maximum},
         expect=lambda i: np.where(i["predicate"] != 0, i["on_true"], i["on_false"]), old_takes_dst=True),
     "bn_stats": Call(
         {"data": TILE, "dst": _f(P, 6)},
@@ -326,6 +329,12 @@ SPECIFIC = [
     Break("affine_select", "pattern-size", "dst", {"dst": _f(P, 32)}, old=False),
     Break("range_select", "reduce-result-shape", "reduce_res", {"reduce_res": _f(P, 2)}),
     Break("range_select", "target-support", "dst", target="trn1"),
+    Break("range_select", "reduce-op", "reduce_res", attrs={"reduce_op": nl.add}, old_attrs={"reduce_op": np.add}),
+    Break("range_select", "range-select-op", "on_true_tile", attrs={"comp_op0": nl.add},
+          old_attrs={"comp_op0": np.add}),
+    Break("select_reduce", "reduce-op", "reduce_res", attrs={"reduce_op": nl.add}, old_attrs={"reduce_op": np.add}),
+    Break("nc_matmul", "matmul-tiling", "stationary", attrs={"tile_position": (0, 0), "tile_size": (64, 128)},
+          old_attrs={"tile_position": (0, 0), "tile_size": (64, 128)}),
     Break("select_reduce", "reduce-result-shape", "reduce_res", {"reduce_res": _f(P, 2)}),
     Break("bn_stats", "bn-stats-size", "data", {"data": _f(P, 1024)}),
     Break("bn_stats", "bn-stats-shape", "dst", {"dst": _f(P, 5)}, old=False),
@@ -361,10 +370,6 @@ SHADOWED = {("nc_matmul", "engine-buffer"): "matmul-buffer: stationary/moving in
 ONCE = {"free-size-limit"}
 
 
-def _roles_of(call: Call) -> list:
-    return [r for r in call.operands]
-
-
 def _call_for(opcode: str, role: str) -> str | None:
     """The first call of ``opcode`` that passes operand ``role``."""
     for name, call in CALLS.items():
@@ -392,6 +397,13 @@ def _generic() -> list:
                             not any(b.call == name and b.rule == entry.rule and b.role == role for b in SPECIFIC):
                         out.append(Break(name, entry.rule, role, {role: replace(op, shape=(op.shape[0], op.shape[1] // 2))},
                                          old=old))
+                    elif entry.rule == "operand-dtype":
+                        bad = next(d for d in ("float32", "bfloat16", "int32") if d not in fn.allowed[role])
+                        out.append(Break(name, entry.rule, role, {role: replace(op, dtype=bad)}, old=old))
+                    elif entry.rule == "dtype-mismatch" and not any(
+                            b.call == name and b.rule == entry.rule and b.role == role for b in SPECIFIC):
+                        bad = "bfloat16" if op.dtype != "bfloat16" else "float32"
+                        out.append(Break(name, entry.rule, role, {role: replace(op, dtype=bad)}, old=old))
                     elif entry.rule in ("scalar-operand-shape", "operand-shape"):
                         out.append(Break(name, entry.rule, role, {role: replace(op, shape=fn.breaking[0])}))
         # COMPUTE_RULES: an HBM operand; a 64-partition access starting at partition 32.
@@ -414,9 +426,9 @@ CASED_RULES = {b.rule for b in BREAKS}
 # below checks it against the cases BREAKS generates, so it reads as the reviewed table.
 COVERAGE: dict[str, tuple[str, ...]] = {
     "nc_matmul": ("matmul-buffer", "matmul-contraction", "matmul-dtype", "matmul-moving-size", "matmul-output-shape",
-                  "matmul-perf-mode", "matmul-stationary-size", "psum-bank", "start-partition"),
+                  "matmul-perf-mode", "matmul-stationary-size", "matmul-tiling", "psum-bank", "start-partition"),
     "nc_transpose": ("engine-buffer", "start-partition", "transpose-buffer", "transpose-shape", "transpose-size"),
-    "activation": ("engine-buffer", "partition-mismatch", "scalar-operand-shape", "shape-mismatch",
+    "activation": ("engine-buffer", "operand-dtype", "partition-mismatch", "scalar-operand-shape", "shape-mismatch",
                    "start-partition"),
     "activation_reduce": ("engine-buffer", "partition-mismatch", "reduce-result-shape", "start-partition"),
     "activate2": ("activate2-ops", "activation-op", "engine-buffer", "partition-mismatch", "reduce-cmd", "reduce-op",
@@ -434,28 +446,31 @@ COVERAGE: dict[str, tuple[str, ...]] = {
                       "start-partition"),
     "tensor_scalar_reduce": ("engine-buffer", "partition-mismatch", "reduce-result-shape", "scalar-operand-shape",
                              "shape-mismatch", "start-partition"),
-    "tensor_scalar_cumulative": ("cumulative-op", "dtype", "engine-buffer", "partition-mismatch", "reduce-cmd",
-                                 "scalar-operand-shape", "shape-mismatch", "start-partition"),
+    "tensor_scalar_cumulative": ("cumulative-op", "dtype", "engine-buffer", "operand-dtype", "partition-mismatch",
+                                 "reduce-cmd", "scalar-operand-shape", "shape-mismatch", "start-partition"),
     "tensor_copy": ("engine-buffer", "free-size-limit", "partition-mismatch", "shape-mismatch", "start-partition"),
-    "tensor_copy_predicated": ("engine-buffer", "partition-mismatch", "shape-mismatch", "start-partition"),
-    "exponential": ("engine-buffer", "partition-mismatch", "reduce-cmd", "reduce-result-shape",
+    "tensor_copy_predicated": ("dtype-mismatch", "engine-buffer", "partition-mismatch", "shape-mismatch",
+                               "start-partition"),
+    "exponential": ("engine-buffer", "operand-dtype", "partition-mismatch", "reduce-cmd", "reduce-result-shape",
                     "scalar-operand-shape", "shape-mismatch", "start-partition", "target-support"),
     "reciprocal": ("engine-buffer", "partition-mismatch", "shape-mismatch", "start-partition"),
     "iota": ("engine-buffer", "pattern-size", "start-partition"),
     "dropout": ("engine-buffer", "start-partition"),
     "affine_select": ("engine-buffer", "partition-mismatch", "pattern-size", "shape-mismatch", "start-partition"),
-    "range_select": ("engine-buffer", "partition-mismatch", "reduce-result-shape", "scalar-operand-shape",
-                     "shape-mismatch", "start-partition", "target-support"),
-    "select_reduce": ("engine-buffer", "partition-mismatch", "reduce-result-shape", "scalar-operand-shape",
-                      "shape-mismatch", "start-partition"),
+    "range_select": ("engine-buffer", "operand-dtype", "partition-mismatch", "range-select-op", "reduce-op",
+                     "reduce-result-shape", "scalar-operand-shape", "shape-mismatch", "start-partition",
+                     "target-support"),
+    "select_reduce": ("engine-buffer", "operand-dtype", "partition-mismatch", "reduce-op", "reduce-result-shape",
+                      "scalar-operand-shape", "shape-mismatch", "start-partition"),
     "memset": ("engine-buffer", "start-partition"),
     "bn_stats": ("bn-stats-shape", "bn-stats-size", "engine-buffer", "partition-mismatch", "start-partition"),
     "bn_aggr": ("bn-aggr-shape", "engine-buffer", "partition-mismatch", "start-partition"),
     "max8": ("engine-buffer", "partition-mismatch", "start-partition", "top8-shape"),
-    "nc_find_index8": ("engine-buffer", "partition-mismatch", "start-partition", "top8-shape"),
+    "nc_find_index8": ("engine-buffer", "operand-dtype", "partition-mismatch", "start-partition", "top8-shape"),
     "nc_match_replace8": ("engine-buffer", "partition-mismatch", "shape-mismatch", "start-partition", "top8-shape"),
     "nc_stream_shuffle": ("dtype-mismatch", "engine-buffer", "shape-mismatch", "shuffle-mask", "start-partition"),
-    "nc_n_gather": ("engine-buffer", "index-dtype", "shape-mismatch", "start-partition"),
+    "nc_n_gather": ("dtype-mismatch", "engine-buffer", "index-dtype", "partition-mismatch", "shape-mismatch",
+                    "start-partition"),
 }
 
 # Row rules cased elsewhere, by module:qualname: the data-movement and state rows (helper H30b's

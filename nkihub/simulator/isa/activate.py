@@ -16,7 +16,7 @@ from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import ELEMENTWISE, REDUCE, f32, fit, free_elems, register, store
 from nkihub.simulator.isa.elementwise import _act_rules, _apply, _engine_cost, operand
 from nkihub.simulator.rules import (COMPUTE_RULES, Documented, cited_same_free_size, cited_same_partitions,
-                                     column_operand, documents, exact_partitions, fail)
+                                     column_operand, documents, exact_partitions, fail, operand_dtype)
 
 BYPASS = "bypass"
 # activate2's tensor-scalar stage: the (op0, op1) pairs the docs list.
@@ -101,6 +101,8 @@ register("exponential", rows=True, engines={"vector"}, execute=_exponential, cos
          rules=COMPUTE_RULES + (cited_same_partitions("dst", "src", "max_value", "reduce_init", "reduce_res"),
                                 cited_same_free_size("dst", "src"), _act_rules, _reduce_cmd_rule, _gen4_only,
                                 exact_partitions("dst", "reduce_res"),
+                                operand_dtype("nki.isa.exponential", max_value=frozenset({"float32"}),
+                                              reduce_init=frozenset({"float32"})),
                                 column_operand("src", "max_value", "reduce_init", source="nki.isa.exponential "
                                                "(AWS NKI API reference)")),
          categories={ELEMENTWISE, REDUCE})

@@ -13,7 +13,8 @@ from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import ELEMENTWISE, GENERATE, ROUNDED, f32, fit, reduce_res_read, register, store
 from nkihub.simulator.isa.fast import NoBind, column, fitted, reader, refresher, understands, writer
 from nkihub.simulator.rules import (COMPUTE_RULES, Documented, cited_same_free_size, cited_same_partitions,
-                                     column_operand, documents, exact_partitions, fail, partitions, same_shape_as)
+                                     column_operand, documents, exact_partitions, fail, operand_dtype, partitions,
+                                     same_dtype, same_shape_as)
 
 
 def _n(ins) -> int:
@@ -287,6 +288,8 @@ documents(_act_rules, Documented("reduce-result-shape", ("reduce_res",), None,
 register("activation", engines={"scalar"}, execute=_activation, cost=_act_cost, bind=_act_bind,
          rules=COMPUTE_RULES + (cited_same_partitions("dst", "data", "bias", "scale"), cited_same_free_size("dst", "data"),
                                 _act_rules, exact_partitions("dst", "reduce_res"),
+                                operand_dtype("nki.isa.activation", scale=frozenset({"float32"}),
+                                              bias=frozenset({"float32", "float16", "bfloat16"})),
                                 column_operand("data", "scale", "bias",
                                                source="nki.isa.activation (AWS NKI API reference)")),
          categories={ELEMENTWISE, ROUNDED},
@@ -332,7 +335,9 @@ def _predicated(ins, src, dst, ctx):
 register("tensor_copy_predicated", rows=True, engines={"vector"}, execute=_predicated,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 2),
          rules=COMPUTE_RULES + (cited_same_partitions("dst", "src", "predicate"), cited_same_free_size("dst", "predicate"),
-                                cited_same_free_size("dst", "src")),
+                                cited_same_free_size("dst", "src"), same_dtype("dst", "src")),
+         # The page's "predicate must be uint8, uint16 or uint32" is not a rule: nl.where lowers to this
+         # instruction with the float tile an nl comparison returns as its predicate.
          categories={ELEMENTWISE}, reads_dst=lambda ins: True)
 
 

@@ -8,7 +8,8 @@ from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import CROSS_PARTITION, DMA, ELEMENTWISE, REDUCE, f32, free_elems, register, store
 from nkihub.simulator.isa.dma import _dma_cost, _dma_rules
-from nkihub.simulator.rules import COMPUTE_RULES, Documented, documents, fail, partitions
+from nkihub.simulator.rules import (COMPUTE_RULES, Documented, documents, exact_partitions, fail, partitions,
+                                     same_dtype)
 from nkihub.simulator.taint import CLEAN, per_partition
 
 QUADRANT = 32          # nc_stream_shuffle moves data within groups of 32 partitions
@@ -165,4 +166,5 @@ documents(_n_gather_rules,
 register("nc_n_gather", engines={"gpsimd"}, execute=_n_gather,
          cost=lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(free_elems(ins.dst["dst"].shape)
                                                          * cr.stride_slowdown(ins, p)), t, "gpsimd"),
-         rules=COMPUTE_RULES + (_n_gather_rules,), categories={CROSS_PARTITION, ELEMENTWISE})
+         rules=COMPUTE_RULES + (exact_partitions("dst", "data", "indices"), _n_gather_rules,
+                                same_dtype("data", "dst")), categories={CROSS_PARTITION, ELEMENTWISE})

@@ -12,7 +12,7 @@ from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import ELEMENTWISE, REDUCE, f32, fit, reduce_res_read, register, store
 from nkihub.simulator.isa.elementwise import _act_rules, _any_psum, _apply, _engine_cost, _reduce_into, operand
 from nkihub.simulator.rules import (COMPUTE_RULES, Documented, cited_same_free_size, cited_same_partitions,
-                                     column_operand, documents, exact_partitions, same_shape_as)
+                                     column_operand, documents, exact_partitions, operand_dtype, same_shape_as)
 
 
 def _scan(ins, src, dst, ctx):
@@ -152,6 +152,8 @@ register("tensor_scalar_cumulative", rows=True, engines={"vector"}, execute=_cum
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 1),
          rules=COMPUTE_RULES + (cited_same_partitions("dst", "src", "imm0", "imm1", "acc"),
                                 cited_same_free_size("dst", "src"), _cumulative_rules,
+                                operand_dtype("nki.isa.tensor_scalar_cumulative", imm0=frozenset({"float32"}),
+                                              imm1=frozenset({"float32"})),
                                 column_operand("src", "imm0", "imm1", source="nki.isa.tensor_scalar_cumulative "
                                                "(AWS NKI API reference)")),
          categories={ELEMENTWISE})
