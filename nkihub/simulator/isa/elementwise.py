@@ -55,6 +55,33 @@ def operand(ins, src, name: str, default=None):
     return None if value is None else np.float32(value)
 
 
+def arithmetic_ops(*keys: str, role: str = "data", same_kind: bool = False):
+    """Rule factory: the operator attributes ``keys`` (those set) are arithmetic, not bitvec; with
+    ``same_kind`` they may be bitvec only together, on the Vector Engine, with integer operands
+    (tensor_scalar). Raised as ``alu-op-kind`` on the input ``role``."""
+    def rule(ins, program, target):
+        ops = [ins.attrs[k] for k in keys if ins.attrs.get(k) is not None]
+        bitvec = [op for op in ops if op in alu.BITVEC]
+        if not bitvec:
+            return
+        if not same_kind:
+            raise fail("alu-op-kind", f"{bitvec[0]} is a bitvec operator; {ins.opcode} takes arithmetic operators "
+                       "only", ins, program, role)
+        if len(bitvec) != len(ops):
+            raise fail("alu-op-kind", f"op0 and op1 must both be bitvec or both arithmetic, not {ops}", ins,
+                       program, role)
+        if ins.engine != "vector":
+            raise fail("alu-op-kind", "bitvec operators run on the Vector Engine only", ins, program, role)
+        for r, ap in (*ins.src.items(), *ins.dst.items()):
+            if program.tensors[ap.tensor].dtype.startswith(("float", "bfloat")):
+                raise fail("alu-op-kind", f"bitvec operators take integer tiles; '{r}' is "
+                           f"{program.tensors[ap.tensor].dtype}", ins, program, r)
+    rule.__name__ = "arithmetic_ops"
+    what = ("op0/op1 both arithmetic or both bitvec (Vector Engine, integer tiles)" if same_kind else
+            f"{'/'.join(keys)} arithmetic operators, not bitvec")
+    return documents(rule, Documented("alu-op-kind", (role,), None, what))
+
+
 def _apply(op: str, a, b, reverse: bool):
     return alu.alu(op)(b, a) if reverse else alu.alu(op)(a, b)
 
@@ -199,7 +226,7 @@ def _ts_cost(ins, program, target):
 register("tensor_scalar", engines={"vector", "scalar", "gpsimd"}, execute=_tensor_scalar, cost=_ts_cost,
          bind=_ts_bind,
          rules=COMPUTE_RULES + (cited_same_partitions("dst", "data", "operand0", "operand1"),
-                                cited_same_free_size("dst", "data"),
+                                cited_same_free_size("dst", "data"), arithmetic_ops("op0", "op1", same_kind=True),
                                 column_operand("data", "operand0", "operand1",
                                                source="nki.isa.tensor_scalar (AWS NKI API reference)")),
          categories={ELEMENTWISE})

@@ -10,9 +10,10 @@ import numpy as np
 from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import ELEMENTWISE, REDUCE, f32, fit, reduce_res_read, register, store
-from nkihub.simulator.isa.elementwise import _act_rules, _any_psum, _apply, _engine_cost, _reduce_into, operand
+from nkihub.simulator.isa.elementwise import (_act_rules, _any_psum, _apply, _engine_cost, _reduce_into,
+                                              arithmetic_ops, operand)
 from nkihub.simulator.rules import (COMPUTE_RULES, Documented, cited_same_free_size, cited_same_partitions,
-                                     column_operand, documents, exact_partitions, operand_dtype, same_shape_as)
+                                     column_operand, documents, exact_partitions, fail, operand_dtype, same_shape_as)
 
 
 def _scan(ins, src, dst, ctx):
@@ -39,6 +40,7 @@ register("tensor_tensor_scan", engines={"vector"}, execute=_scan,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 2),
          rules=COMPUTE_RULES + (cited_same_partitions("dst", "data0", "data1", "initial"),
                                 cited_same_free_size("dst", "data0"), cited_same_free_size("dst", "data1"),
+                                arithmetic_ops("op0", "op1", role="data0"),
                                 same_shape_as("data0", "data1", source="nki.isa.tensor_tensor_scan (AWS NKI API "
                                               "reference)"),
                                 column_operand("data0", "initial", source="nki.isa.tensor_tensor_scan (AWS NKI "
@@ -67,6 +69,7 @@ register("scalar_tensor_tensor", rows=True, engines={"vector", "gpsimd"}, execut
          cost=_stt_cost,
          rules=COMPUTE_RULES + (cited_same_partitions("dst", "data", "operand0", "operand1"),
                                 cited_same_free_size("dst", "data"), cited_same_free_size("dst", "operand1"),
+                                arithmetic_ops("op0", "op1"),
                                 column_operand("data", "operand0", source="nki.isa.scalar_tensor_tensor "
                                                "(AWS NKI API reference)"),
                                 same_shape_as("data", "operand1", source="nki.isa.scalar_tensor_tensor "
@@ -83,11 +86,30 @@ def _tsr(ins, src, dst, ctx):
     _reduce_into(ins, src, dst, y)
 
 
+TSR_REDUCE = frozenset({"add", "subtract", "multiply", "maximum", "minimum"})
+
+
+def _tsr_reduce_op(ins, program, target):
+    """tensor_scalar_reduce reduces with add, subtract, multiply, max or min."""
+    op = ins.attrs.get("reduce_op", "add")
+    try:
+        op = alu.reduce_name(op)
+    except ValueError:
+        pass
+    if "reduce_res" in ins.dst and op not in TSR_REDUCE:
+        raise fail("reduce-op", f"reduce_op {op!r}: one of {', '.join(sorted(TSR_REDUCE))}", ins, program,
+                   "reduce_res")
+
+
+documents(_tsr_reduce_op, Documented("reduce-op", ("reduce_res",), None,
+                                     "reduce_op is add, subtract, multiply, max or min"))
+
+
 register("tensor_scalar_reduce", rows=True, engines={"vector"}, execute=_tsr,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 1) + cr.seconds(cr.ACTIVATION_REDUCE_EXTRA_CYCLES, t,
                                                                          "vector"),
          rules=COMPUTE_RULES + (cited_same_partitions("dst", "data", "operand0", "reduce_res"),
-                                cited_same_free_size("dst", "data"), _act_rules,
+                                cited_same_free_size("dst", "data"), _act_rules, arithmetic_ops("op0"), _tsr_reduce_op,
                                 exact_partitions("dst", "reduce_res"),
                                 column_operand("data", "operand0", source="nki.isa.tensor_scalar_reduce "
                                                "(AWS NKI API reference)")),
@@ -99,7 +121,6 @@ CUMULATIVE_START = {"add": 0.0, "subtract": 0.0, "multiply": 1.0, "maximum": -np
 
 
 def _cumulative_rules(ins, program, target):
-    from nkihub.simulator.rules import fail
     if ins.attrs.get("op1") not in CUMULATIVE_START:
         raise fail("cumulative-op", f"op1 must be one of {', '.join(CUMULATIVE_START)}", ins, program, "dst")
     cmd = ins.attrs.get("reduce_cmd", "reset_reduce")
@@ -151,7 +172,7 @@ documents(_cumulative_rules,
 register("tensor_scalar_cumulative", rows=True, engines={"vector"}, execute=_cumulative,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 1),
          rules=COMPUTE_RULES + (cited_same_partitions("dst", "src", "imm0", "imm1", "acc"),
-                                cited_same_free_size("dst", "src"), _cumulative_rules,
+                                cited_same_free_size("dst", "src"), _cumulative_rules, arithmetic_ops("op0", role="src"),
                                 operand_dtype("nki.isa.tensor_scalar_cumulative", imm0=frozenset({"float32"}),
                                               imm1=frozenset({"float32"})),
                                 column_operand("src", "imm0", "imm1", source="nki.isa.tensor_scalar_cumulative "
