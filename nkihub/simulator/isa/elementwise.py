@@ -82,6 +82,22 @@ def arithmetic_ops(*keys: str, role: str = "data", same_kind: bool = False):
     return documents(rule, Documented("alu-op-kind", (role,), None, what))
 
 
+def reduce_ops(*allowed: str):
+    """Rule factory: with a ``reduce_res`` the ``reduce_op`` attribute is one of ``allowed`` (reduce
+    operator names as ``alu.reduce_name`` spells them). Raised as ``reduce-op`` on ``reduce_res``."""
+    def rule(ins, program, target):
+        op = ins.attrs.get("reduce_op", "add")
+        try:
+            op = alu.reduce_name(op)
+        except ValueError:
+            pass
+        if "reduce_res" in ins.dst and op not in allowed:
+            raise fail("reduce-op", f"reduce_op {op!r}: {ins.opcode} reduces with {', '.join(allowed)}", ins,
+                       program, "reduce_res")
+    rule.__name__ = "reduce_ops"
+    return documents(rule, Documented("reduce-op", ("reduce_res",), None, f"reduce_op is {' or '.join(allowed)}"))
+
+
 def _apply(op: str, a, b, reverse: bool):
     return alu.alu(op)(b, a) if reverse else alu.alu(op)(a, b)
 

@@ -8,7 +8,7 @@ import numpy as np
 from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import ELEMENTWISE, REDUCE, f32, fit, free_elems, reduce_res_read, register, store
-from nkihub.simulator.isa.elementwise import _act_rules, _engine_cost, _reduce_into, operand
+from nkihub.simulator.isa.elementwise import _act_rules, _engine_cost, _reduce_into, operand, reduce_ops
 from nkihub.simulator.rules import (COMPUTE_RULES, Documented, cited_same_free_size, cited_same_partitions,
                                      column_operand, documents, exact_partitions, fail, operand_dtype, partitions)
 
@@ -24,18 +24,6 @@ FLOAT_DTYPES = frozenset({"float8_e4m3", "float8_e5m2", "float8_e4m3fn", "float1
 COMPARISONS = frozenset({"equal", "less", "less_equal", "greater", "greater_equal"})
 
 
-def _reduce_max(ins, program, target):
-    """select_reduce and range_select reduce with maximum only."""
-    op = ins.attrs.get("reduce_op", "maximum")
-    try:
-        op = alu.reduce_name(op)
-    except ValueError:
-        pass
-    if "reduce_res" in ins.dst and op != "maximum":
-        raise fail("reduce-op", f"reduce_op {ins.attrs.get('reduce_op')!r}: only maximum is supported", ins,
-                   program, "reduce_res")
-
-
 def _comparisons(ins, program, target):
     """range_select compares with one of equal, less, less_equal, greater, greater_equal."""
     for k in ("comp_op0", "comp_op1"):
@@ -44,7 +32,6 @@ def _comparisons(ins, program, target):
                        ins, program, "on_true_tile")
 
 
-documents(_reduce_max, Documented("reduce-op", ("reduce_res",), None, "reduce_op is maximum"))
 documents(_comparisons, Documented("range-select-op", ("on_true_tile",), None,
                                    "comp_op0/comp_op1 are equal, less, less_equal, greater or greater_equal"))
 
@@ -67,7 +54,7 @@ register("select_reduce", rows=True, engines={"vector"}, execute=_select_reduce,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 2),
          rules=COMPUTE_RULES + (cited_same_partitions("dst", "predicate", "on_true", "on_false", "acc"),
                                 cited_same_free_size("dst", "on_true"), cited_same_free_size("dst", "predicate"), _act_rules,
-                                exact_partitions("dst", "reduce_res"), _reduce_max,
+                                exact_partitions("dst", "reduce_res"), reduce_ops("maximum"),
                                 operand_dtype("nki.isa.select_reduce", reduce_res=FLOAT_DTYPES),
                                 column_operand("on_true", "on_false", source="nki.isa.select_reduce (AWS NKI API "
                                                "reference)")),
@@ -104,7 +91,7 @@ register("range_select", rows=True, engines={"vector"}, execute=_range_select,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 1),
          rules=COMPUTE_RULES + (cited_same_partitions("dst", "on_true_tile", "bound0", "bound1", "acc"),
                                 cited_same_free_size("dst", "on_true_tile"), _act_rules, _gen3_only,
-                                exact_partitions("dst", "reduce_res"), _reduce_max, _comparisons,
+                                exact_partitions("dst", "reduce_res"), reduce_ops("maximum"), _comparisons,
                                 operand_dtype("nki.isa.range_select", on_true_tile=FLOAT_DTYPES,
                                               bound0=frozenset({"float32"}), bound1=frozenset({"float32"})),
                                 column_operand("on_true_tile", "bound0", "bound1", source="nki.isa.range_select "
