@@ -594,7 +594,7 @@ def _inputs(x: np.ndarray, ops: dict, lay: dict) -> dict:
     for role, op in ops.items():
         off, free = lay[role]
         p = op.shape[0]
-        block = np.resize(x[:p, off:off + min(free, 2048)], (p, free)) if free > 2048 else x[:p, off:off + free]
+        block = np.tile(x[:p, off:off + min(free, 2048)], (1, -(-free // 2048)))[:, :free]
         v = np.asarray(block, np.float32)
         dt = ml_dtypes.bfloat16 if op.dtype == "bfloat16" else np.dtype(op.dtype)
         res[role] = v.astype(dt).astype(np.float32).reshape(op.shape)
@@ -612,12 +612,11 @@ def _prepare(x: np.ndarray, ops: dict, lay: dict) -> np.ndarray:
 
 
 def _fill(t, op: Op, x, lay) -> None:
-    """Write the operand's values (from the kernel input x) into tile t, in chunks of at most 2048."""
+    """Write the operand's values (from the kernel input x) into 2-d tile t, in chunks of at most 2048
+    columns, each chunk the same columns of x."""
     off, free = lay
     p = op.shape[0]
-    flat = t if len(op.shape) == 2 else None
-    if flat is None:
-        return
+    assert len(op.shape) == 2, "operands of the calls are 2-d tiles"
     for lo in range(0, free, 2048):
         n = min(2048, free - lo)
         src = x[0:p, off:off + n]
