@@ -202,3 +202,62 @@ def same_shape_as(data_role: str, *roles: str, source: str):
 
 COMPUTE_RULES = (partition_limit, partition_step, start_partition_rule, free_size_limit, on_chip_operands,
                  engine_buffers)
+
+
+# -- documented constraints of row-specific rules (issue 30) ----------------------------------------------------
+
+class Documented:
+    """One operand constraint an AWS API page states, as a row-specific rule checks it: the rule name its
+    refusal carries, the operands it names (``roles``; a participant's ``p{i}_dst0`` counts as ``dst``), the
+    page (``source``, e.g. ``"nki.isa.dma_copy"``, may hold ``{opcode}``; None: the page of the instruction refused,
+    ``nki.isa.{opcode}``)
+    and the constraint in a sentence (``what``). ``fail`` builds the refusal, naming the page."""
+
+    __slots__ = ("rule", "roles", "source", "what")
+
+    def __init__(self, rule: str, roles: tuple, source: str | None, what: str):
+        self.rule, self.roles, self.source, self.what = rule, tuple(roles), source, what
+
+    def __repr__(self) -> str:
+        return f"Documented({self.rule!r}, {self.roles!r}, {self.source!r})"
+
+    def page(self, opcode: str) -> str:
+        """The AWS page stating the constraint for instruction ``opcode``."""
+        return (self.source or "nki.isa.{opcode}").format(opcode=opcode)
+
+    def fail(self, message: str, ins: Instruction, program: Program, role: str | None = None,
+             ap: AccessPattern | None = None) -> KernelRuleError:
+        """The refusal of ``ins`` for operand ``role``: ``message`` and the page."""
+        return fail(self.rule, f"{message} (source: {self.page(ins.opcode)})", ins, program, role, ap)
+
+
+def documents(*constraints: Documented):
+    """Decorator of a row-specific rule ``(ins, program, target)``: the documented constraints it checks,
+    kept as ``rule.constraints`` so the conformance test (tests/simulator/test_rule_conformance_data.py)
+    gives each a breaking and a keeping kernel."""
+    def wrap(fn):
+        fn.constraints = tuple(constraints)
+        return fn
+    return wrap
+
+
+NC_NAMES = {"gen2": "NeuronCore-v2 (trn1)", "gen3": "NeuronCore-v3 (trn2)", "gen4": "NeuronCore-v4 (trn3)"}
+NC_ORDER = ("gen2", "gen3", "gen4")
+
+
+def target_gate(first: str, role: str | None = "dst"):
+    """Rule factory: the instruction exists on NeuronCore version ``first`` (``"gen3"``, ``"gen4"``) and newer;
+    on an older target it is refused as ``target-support``, naming operand ``role``. The instruction's page
+    states the versions (``gate.first`` holds ``first`` for the conformance test's per-target cases)."""
+    constraint = Documented("target-support", (role,) if role else (), None,
+                            f"available on {NC_NAMES[first]} and newer")
+
+    @documents(constraint)
+    def gate(ins, program, target):
+        if NC_ORDER.index(target.nc_version) < NC_ORDER.index(first):
+            raise constraint.fail(f"{ins.opcode} is available on {NC_NAMES[first]} and newer, not on "
+                                  f"{target.name}", ins, program, role)
+    gate.__name__ = f"_{first}_gate"
+    gate.first = first
+    gate.__doc__ = f"Available on {NC_NAMES[first]} and newer."
+    return gate

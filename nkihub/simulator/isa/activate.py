@@ -15,7 +15,7 @@ from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import ELEMENTWISE, REDUCE, f32, fit, free_elems, register, store
 from nkihub.simulator.isa.elementwise import _act_rules, _apply, _engine_cost, operand
-from nkihub.simulator.rules import COMPUTE_RULES, fail, same_free_size, same_partitions
+from nkihub.simulator.rules import COMPUTE_RULES, fail, same_free_size, same_partitions, target_gate
 
 BYPASS = "bypass"
 # activate2's tensor-scalar stage: the (op0, op1) pairs the docs list.
@@ -33,11 +33,7 @@ ACCUMULATOR_CMDS = {"exponential": ("reset_reduce", "reduce", "load_reduce"),
                     "activate2": ("reset_reduce", "reduce", "reset")}
 
 
-def _gen4_only(ins, program, target):
-    """Available on NeuronCore-v4 (trn3) and newer."""
-    if target.nc_version in ("gen2", "gen3"):
-        raise fail("target-support", f"{ins.opcode} is available on NeuronCore-v4 (trn3) and newer, not on "
-                   f"{target.name}", ins, program, "dst")
+_gen4_only = target_gate("gen4")   # exponential, activate2, quantize_mx, nc_matmul_mx, rand2: their pages
 
 
 def _reduce_cmd_rule(ins, program, target):

@@ -12,7 +12,7 @@ import numpy as np
 
 from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa.base import DMA, f32, register, store
-from nkihub.simulator.rules import fail
+from nkihub.simulator.rules import Documented, documents, target_gate
 
 REDUCE_OPS = {"add": np.add, "maximum": np.maximum, "minimum": np.minimum}
 
@@ -44,23 +44,30 @@ def _reduce(arrays: list, op: str) -> np.ndarray:
     return out
 
 
-def _size_rule(ratio):
-    """Rule: each destination holds ``ratio(n)`` times the elements of the matching source."""
+def _size_rule(ratio, what: str):
+    """Rule: each destination holds ``ratio(n)`` times the elements of the matching source (``what``: the
+    relation in words, as the collective's page states it)."""
+    size = Documented("collective-size", ("dst",), "nki.collectives.{opcode}", what)
+
+    @documents(size)
     def rule(ins, program, target):
         n = ins.attrs["n"]
         for j in _tensors(ins):
             for i in range(n):
                 s, d = _size(ins, i, f"src{j}"), _size(ins, i, f"dst{j}")
                 if d * 1.0 != s * ratio(n):
-                    raise fail("collective-size", f"participant {i}: dst{j} has {d} elements, src{j} {s}; "
-                               f"{ins.opcode} over {n} ranks needs dst = {ratio(n):g} x src", ins, program,
-                               f"p{i}_dst{j}")
+                    raise size.fail(f"participant {i}: dst{j} has {d} elements, src{j} {s}; {ins.opcode} over {n} "
+                                    f"ranks needs dst = {ratio(n):g} x src", ins, program, f"p{i}_dst{j}")
     return rule
 
 
+COLLECTIVE_OP = Documented("collective-op", (), "nki.collectives.{opcode}", "op is nl.add, nl.maximum or nl.minimum")
+
+
+@documents(COLLECTIVE_OP)
 def _op_rule(ins, program, target):
     if ins.attrs.get("op", "add") not in REDUCE_OPS:
-        raise fail("collective-op", f"the reduction must be one of {', '.join(REDUCE_OPS)}", ins, program)
+        raise COLLECTIVE_OP.fail(f"the reduction must be one of {', '.join(REDUCE_OPS)}", ins, program)
 
 
 def _bytes_in(ins, program) -> int:
@@ -197,11 +204,11 @@ def _barrier_cost(ins, program, target):
     return cr.collective_s(0, 1, target)
 
 
-_SAME = _size_rule(lambda n: 1)
+_SAME = _size_rule(lambda n: 1, "dst and src hold the same number of elements")
 for opcode, fn, rules, factor in (
         ("all_reduce", _all_reduce, (_SAME, _op_rule), lambda n: 2 * (n - 1) / n),
-        ("all_gather", _all_gather, (_size_rule(lambda n: n),), lambda n: (n - 1) / n),
-        ("reduce_scatter", _reduce_scatter, (_size_rule(lambda n: 1 / n), _op_rule), lambda n: n - 1),
+        ("all_gather", _all_gather, (_size_rule(lambda n: n, "dst holds n x src's elements"),), lambda n: (n - 1) / n),
+        ("reduce_scatter", _reduce_scatter, (_size_rule(lambda n: 1 / n, "dst holds src's elements / n"), _op_rule), lambda n: n - 1),
         ("all_to_all", _all_to_all, (_SAME,), lambda n: (n - 1) / n),
         ("all_gather_v", _all_gather_v, (), lambda n: (n - 1) / n),
         ("all_to_all_v", _all_to_all_v, (), lambda n: (n - 1) / n),
@@ -209,10 +216,7 @@ for opcode, fn, rules, factor in (
         ("collective_permute_implicit", _permute_ring, (), lambda n: 1)):
     register(opcode, engines={"dma"}, execute=fn, cost=_ring_cost(factor), rules=rules, categories={DMA})
 
-def _gen3_plus(ins, program, target):
-    if target.nc_version == "gen2":
-        raise fail("target-support", f"{ins.opcode} is available on NeuronCore-v3 (trn2) and newer, not on "
-                   f"{target.name}", ins, program)
+_gen3_plus = target_gate("gen3", role=None)   # core_barrier: its page (NeuronCore-v3 and newer)
 
 
 register("core_barrier", engines={"tensor", "vector", "scalar", "gpsimd", "dma"}, execute=_barrier,

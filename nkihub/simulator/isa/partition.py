@@ -7,8 +7,8 @@ import numpy as np
 from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import CROSS_PARTITION, DMA, ELEMENTWISE, REDUCE, f32, free_elems, register, store
-from nkihub.simulator.isa.dma import _dma_cost, _dma_rules
-from nkihub.simulator.rules import COMPUTE_RULES, fail, partitions
+from nkihub.simulator.isa.dma import DMA_BUFFER, DMA_PARTITIONS, DMA_SIZE, _dma_cost, _dma_rules
+from nkihub.simulator.rules import COMPUTE_RULES, Documented, documents, fail, partitions
 from nkihub.simulator.taint import CLEAN, per_partition
 
 QUADRANT = 32          # nc_stream_shuffle moves data within groups of 32 partitions
@@ -105,15 +105,22 @@ def _dma_transpose(ins, src, dst, ctx):
         store(out, f32(t).reshape(out.shape))
 
 
+TRANSPOSE_AXES = Documented("transpose-axes", ("src",), "nki.isa.dma_transpose",
+                            "axes is a permutation of src's dims")
+TRANSPOSE_SHAPE = Documented("transpose-shape", ("dst",), "nki.isa.dma_transpose",
+                             "dst has src's shape permuted by axes (default [1, 0], [2, 1, 0], [3, 1, 2, 0])")
+
+
+@documents(DMA_BUFFER, DMA_SIZE, DMA_PARTITIONS, TRANSPOSE_AXES, TRANSPOSE_SHAPE)
 def _dma_transpose_rules(ins, program, target):
     _dma_rules(ins, program, target)
     s, d = ins.src["src"], ins.dst["dst"]
     axes = ins.attrs.get("axes") or default_transpose_axes(len(s.shape))
     if sorted(axes) != list(range(len(s.shape))):
-        raise fail("transpose-axes", f"axes {axes} is not a permutation of the src's {len(s.shape)} dims",
-                   ins, program, "src")
+        raise TRANSPOSE_AXES.fail(f"axes {axes} is not a permutation of the src's {len(s.shape)} dims",
+                                  ins, program, "src")
     if tuple(s.shape[a] for a in axes) != tuple(d.shape):
-        raise fail("transpose-shape", f"dst must have shape {tuple(s.shape[a] for a in axes)}", ins, program, "dst")
+        raise TRANSPOSE_SHAPE.fail(f"dst must have shape {tuple(s.shape[a] for a in axes)}", ins, program, "dst")
 
 
 register("dma_transpose", engines={"dma"}, execute=_dma_transpose,

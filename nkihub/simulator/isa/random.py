@@ -9,7 +9,7 @@ import numpy as np
 
 from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa.base import ELEMENTWISE, GENERATE, RANDOM, f32, fit, free_elems, register, store
-from nkihub.simulator.rules import COMPUTE_RULES, fail, same_free_size, same_partitions
+from nkihub.simulator.rules import COMPUTE_RULES, Documented, documents, same_free_size, same_partitions, target_gate
 
 
 def _cost(ins, program, target):
@@ -44,9 +44,14 @@ register("set_rng_seed", engines={"vector", "gpsimd"}, execute=_seed,
          categories={GENERATE, RANDOM})
 
 
+PROB = Documented("dropout-prob", ("data",), "nki.isa.dropout",
+                  "prob, a number, is a probability in [0, 1] (a tile: [P, 1], one per partition)")
+
+
+@documents(PROB)
 def _prob_rule(ins, program, target):
     if "prob" not in ins.src and not 0.0 <= ins.attrs.get("prob", 0.0) <= 1.0:
-        raise fail("dropout-prob", f"prob {ins.attrs.get('prob')} is not in [0, 1]", ins, program, "data")
+        raise PROB.fail(f"prob {ins.attrs.get('prob')} is not in [0, 1]", ins, program, "data")
 
 
 def _dropout(ins, src, dst, ctx):
@@ -76,10 +81,7 @@ def _rand2(ins, src, dst, ctx):
     store(out, lo + (hi - lo) * ctx.rng.random(out.shape, dtype=np.float32))
 
 
-def _gen4(ins, program, target):
-    if target.nc_version in ("gen2", "gen3"):
-        raise fail("target-support", f"{ins.opcode} is available on NeuronCore-v4 (trn3) and newer", ins, program,
-                   "dst")
+_gen4 = target_gate("gen4")   # the rand2 page: NeuronCore-v4 and newer
 
 
 register("rand2", engines={"vector"}, execute=_rand2, cost=_cost, rules=COMPUTE_RULES + (_gen4,),
@@ -91,16 +93,24 @@ register("rand2", engines={"vector"}, execute=_rand2, cost=_cost, rules=COMPUTE_
 STATE_WORDS = {"gpsimd": 6, "vector": 24}
 
 
+STATE_DTYPE = Documented("rng-state-dtype", ("dst", "src_seeds"), None, "the state tile is uint32")
+STATE_SIZE = Documented("rng-state", ("dst", "src_seeds"), None,
+                        "the state tile holds 6 words per partition on GpSimd, 24 on the Vector Engine")
+
+
+@documents(STATE_DTYPE, STATE_SIZE)
 def _state_rule(ins, program, target):
-    ap = (ins.dst or ins.src).get("dst") or ins.src.get("src_seeds")
-    spec = program.tensor_of(ap)
+    role = "dst" if ins.dst else "src_seeds"
+    ap = ins.dst.get("dst") or ins.src["src_seeds"]
     want = STATE_WORDS[ins.engine]
-    if spec.dtype != "uint32" or ap.size // max(1, ap.shape[0]) != want:
-        raise fail("rng-state", f"the state tile must be uint32 with {want} elements per partition on the "
-                   f"{ins.engine} engine", ins, program, "dst" if ins.dst else "src_seeds")
-    if target.nc_version == "gen2":
-        raise fail("target-support", f"{ins.opcode} is available on NeuronCore-v3 and newer", ins, program,
-                   "dst" if ins.dst else "src_seeds")
+    if program.tensor_of(ap).dtype != "uint32":
+        raise STATE_DTYPE.fail("the state tile must be uint32", ins, program, role)
+    if ap.size // max(1, ap.shape[0]) != want:
+        raise STATE_SIZE.fail(f"the state tile must hold {want} uint32 words per partition on the {ins.engine} "
+                              "engine", ins, program, role)
+
+
+_gen3 = target_gate("gen3", role=None)   # the rand_get_state / rand_set_state pages: NeuronCore-v3 and newer
 
 
 def _get_state(ins, src, dst, ctx):
@@ -119,6 +129,6 @@ def _set_state(ins, src, dst, ctx):
 
 _state_cost = lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(STATE_WORDS[ins.engine]), t, ins.engine)  # noqa: E731
 register("rand_get_state", engines={"gpsimd", "vector"}, execute=_get_state, cost=_state_cost,
-         rules=COMPUTE_RULES + (_state_rule,), categories={GENERATE, RANDOM})
+         rules=COMPUTE_RULES + (_gen3, _state_rule), categories={GENERATE, RANDOM})
 register("rand_set_state", engines={"gpsimd", "vector"}, execute=_set_state, cost=_state_cost,
-         rules=COMPUTE_RULES + (_state_rule,), categories={GENERATE, RANDOM})
+         rules=COMPUTE_RULES + (_gen3, _state_rule), categories={GENERATE, RANDOM})

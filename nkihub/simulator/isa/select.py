@@ -9,7 +9,7 @@ from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import ELEMENTWISE, REDUCE, f32, fit, free_elems, reduce_res_read, register, store
 from nkihub.simulator.isa.elementwise import _act_rules, _engine_cost, _reduce_into, operand
-from nkihub.simulator.rules import COMPUTE_RULES, fail, partitions, same_free_size, same_partitions
+from nkihub.simulator.rules import COMPUTE_RULES, fail, partitions, same_free_size, same_partitions, target_gate
 
 TOP = 8  # the top-8 instructions always produce 8 values per partition
 
@@ -39,10 +39,7 @@ register("select_reduce", rows=True, engines={"vector"}, execute=_select_reduce,
          categories={ELEMENTWISE, REDUCE}, reads_dst=reduce_res_read)
 
 
-def _gen3_only(ins, program, target):
-    if target.nc_version == "gen2":
-        raise fail("target-support", f"{ins.opcode} is available on NeuronCore-v3 and newer, not on "
-                   f"{target.name}", ins, program, "dst")
+_gen3_only = target_gate("gen3")   # range_select, topk: their pages (NeuronCore-v3 and newer)
 
 
 def _range_select(ins, src, dst, ctx):
