@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from nkihub.nki import tracing
 from nkihub.simulator.errors import KernelRuleError
+from nkihub.simulator.isa.dma_indirect import OFFSETS
 from nkihub.simulator.program import AccessPattern
 
 
@@ -58,8 +59,9 @@ def make(view, base, scalar_offset, vector_offset, indirect_dim):
     offsets = _offsets_tile(scalar_offset if mode == "scalar" else vector_offset, f"{mode}_offset")
     if mode == "vector" and offsets.shape[0] < view.shape[0]:
         raise KernelRuleError("indirect-offsets", f"vector_offset has {offsets.shape[0]} indices for a first "
-                              f"pattern dim of {view.shape[0]}", operand=offsets.name, shape=offsets.shape,
-                              dtype=offsets.spec.dtype, buffer=offsets.buffer, loc=tracing.caller_loc())
+                              f"pattern dim of {view.shape[0]} (source: {OFFSETS.source})", operand="offsets",
+                              shape=offsets.shape, dtype=offsets.spec.dtype, buffer=offsets.buffer,
+                              loc=tracing.caller_loc(), tensor=offsets.spec.label)
     view.indirect = Indirect(mode, offsets, stride)
     return view
 

@@ -174,6 +174,21 @@ def _move(d, s) -> None:
         store(d, f32(s).reshape(d.shape))
 
 
+PAIR_SIZE = Documented("collective-size", ("dst",), "nki.isa.sendrecv",
+                       "the buffer a participant receives into holds as many elements as the sender's src")
+
+
+@documents(PAIR_SIZE)
+def _pair_size_rule(ins, program, target):
+    """For each (source, target) pair, the target's dst0 holds the source's src0 element count (sendrecv moves
+    the data unchanged; a mismatch was numpy's reshape error)."""
+    for s, t in ins.attrs["pairs"]:
+        d, n = _size(ins, t, "dst0"), _size(ins, s, "src0")
+        if d != n:
+            raise PAIR_SIZE.fail(f"participant {t} receives {n} elements from participant {s} into a dst0 of {d}",
+                                 ins, program, f"p{t}_dst0")
+
+
 def _permute(ins, src, dst, ctx):
     """dst of each target = src of its source, for the (source, target) participant pairs in attrs."""
     for s, t in ins.attrs["pairs"]:
@@ -221,5 +236,6 @@ _gen3_plus = target_gate("gen3", role=None)   # core_barrier: its page (NeuronCo
 
 register("core_barrier", engines={"tensor", "vector", "scalar", "gpsimd", "dma"}, execute=_barrier,
          cost=_barrier_cost, rules=(_gen3_plus,))
-register("sendrecv", engines={"dma", "gpsimd"}, execute=_permute, cost=_ring_cost(lambda n: 1), rules=(),
+register("sendrecv", engines={"dma", "gpsimd"}, execute=_permute, cost=_ring_cost(lambda n: 1),
+         rules=(_pair_size_rule,),
          categories={DMA})

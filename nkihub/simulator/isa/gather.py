@@ -11,7 +11,8 @@ import numpy as np
 
 from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa.base import CROSS_PARTITION, ELEMENTWISE, f32, free_elems, register, store
-from nkihub.simulator.rules import COMPUTE_RULES, Documented, documents, partition_step, partitions, target_gate
+from nkihub.simulator.rules import (COMPUTE_RULES, Documented, documents, partition_step, partitions, start_partition_rule,
+                                  target_gate)
 
 CORE_PARTITIONS = 16                     # each of the 8 GpSimd cores serves 16 contiguous partitions
 GATHER_ELEMS_PER_IDX = (1, 2, 4, 8, 16, 32)
@@ -168,7 +169,6 @@ def _nonzero_with_count(ins, src, dst, ctx):
 
 
 _NZ = "nki.isa.nonzero_with_count"
-NZ_BUFFER = Documented("buffer", ("src", "dst"), _NZ, "src and dst are in SBUF")
 NZ_STEP = Documented("partition-step", ("src", "dst"), _NZ,
                      "operands sit on the first partition of GpSimd cores: partitions 0, 16, 32, ...")
 NZ_START = Documented("start-partition", ("src", "dst"), _NZ, "operands start on a GpSimd core's first partition")
@@ -177,15 +177,14 @@ NZ_SHAPE = Documented("shape-mismatch", ("dst",), _NZ,
                       "dst holds one element more per partition than src (the indices and the count)")
 
 
-@documents(NZ_BUFFER, NZ_STEP, NZ_START, NZ_CORES, NZ_SHAPE)
+@documents(NZ_STEP, NZ_START, NZ_CORES, NZ_SHAPE)
 def _nonzero_rules(ins, program, target):
-    """src and dst in SBUF on the first partition of GpSimd cores (partitions 0, 16, 32, ...); dst holds
-    one element more per partition than src (the count)."""
+    """src and dst on the first partition of GpSimd cores (partitions 0, 16, 32, ...); dst holds one element
+    more per partition than src (the count). (The page's "in SBUF" is the shared engine-buffer rule: GpSimd
+    reaches neither HBM nor PSUM.)"""
     s, d = ins.src["src"], ins.dst["dst"]
     for role, ap in (("src", s), ("dst", d)):
         spec = program.tensor_of(ap)
-        if spec.buffer != "sbuf":
-            raise NZ_BUFFER.fail(f"{role} must be in SBUF", ins, program, role)
         if partitions(ap) > 1 and ap.dims[0][0] != CORE_PARTITIONS * spec.free_size:
             raise NZ_STEP.fail(f"{role} is read on partitions 0, 16, 32, ... (one per GpSimd core)",
                                ins, program, role)
@@ -202,6 +201,8 @@ register("nonzero_with_count", engines={"gpsimd"}, execute=_nonzero_with_count,
          # Estimate (not published): one pass over the elements of a partition.
          cost=lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(_free(ins.src["src"]) * cr.stride_slowdown(ins, p)),
                                            t, "gpsimd"),
-         # Partition p of dst from partition p of src: no category needed; partitions step by 16, so the
-         # generic consecutive-partition rule is replaced by the row's own.
-         rules=tuple(r for r in COMPUTE_RULES if r is not partition_step) + (_gen3_nonzero, _nonzero_rules))
+         # Partition p of dst from partition p of src: no category needed; partitions step by 16 from a
+         # core's first partition (16 is one), so the generic consecutive-partition and quadrant-start rules
+         # are replaced by the row's own.
+         rules=tuple(r for r in COMPUTE_RULES if r not in (partition_step, start_partition_rule))
+         + (_gen3_nonzero, _nonzero_rules))

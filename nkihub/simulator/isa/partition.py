@@ -113,12 +113,12 @@ TRANSPOSE_SHAPE = Documented("transpose-shape", ("dst",), "nki.isa.dma_transpose
 
 @documents(DMA_BUFFER, DMA_SIZE, DMA_PARTITIONS, TRANSPOSE_AXES, TRANSPOSE_SHAPE)
 def _dma_transpose_rules(ins, program, target):
-    _dma_rules(ins, program, target)
     s, d = ins.src["src"], ins.dst["dst"]
     axes = ins.attrs.get("axes") or default_transpose_axes(len(s.shape))
     if sorted(axes) != list(range(len(s.shape))):
         raise TRANSPOSE_AXES.fail(f"axes {axes} is not a permutation of the src's {len(s.shape)} dims",
                                   ins, program, "src")
+    _dma_rules(ins, program, target)
     if tuple(s.shape[a] for a in axes) != tuple(d.shape):
         raise TRANSPOSE_SHAPE.fail(f"dst must have shape {tuple(s.shape[a] for a in axes)}", ins, program, "dst")
 
