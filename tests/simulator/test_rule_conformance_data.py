@@ -456,14 +456,38 @@ def _state(op, dtype=nl.uint32, words=6):
     return run
 
 
-def _dropout(bad, new, lines):
-    def k(x):
-        t = x_sb(x)
-        d = _sb(x.shape)
-        lines.append(_line())
-        nisa.dropout(dst=d, data=t, prob=1.5 if bad else 0.0)
-        return _out(d)
-    return _run(k, X[:, :8]), X[:, :8]
+def _dropout(tile=False):
+    def run(bad, new, lines):
+        def k(x):
+            t = x_sb(x)
+            d = _sb(x.shape)
+            prob = 1.5 if bad else 0.0
+            if tile:
+                prob = _sb((P, 3 if bad else 1))
+                nisa.memset(dst=prob, value=0.0)
+            lines.append(_line())
+            nisa.dropout(dst=d, data=t, prob=prob)
+            return _out(d)
+        return _run(k, X[:, :8]), X[:, :8]
+    return run
+
+
+def _rand2(tile=False):
+    def run(bad, new, lines):
+        def k(x):
+            d = _sb((P, 8))
+            lo, hi = (2.0, 1.0) if bad else (1.0, 2.0)
+            if tile:
+                lo, hi = _sb((P, 3 if bad else 1)), _sb((P, 1))
+                nisa.memset(dst=lo, value=1.0)
+                nisa.memset(dst=hi, value=2.0)
+            lines.append(_line())
+            nisa.rand2(dst=d, min=lo, max=hi)
+            below = _sb((P, 8))
+            nisa.tensor_scalar(dst=below, data=d, op0=nl.greater_equal, operand0=1.0, op1=nl.multiply, operand1=1.0)
+            return _out(below)
+        return _run(k, X, target="trn3"), np.ones((P, 8), np.float32)
+    return run
 
 
 # -- collectives and sendrecv (launch grids of 2 or 4 programs) --------------------------------------------------------
@@ -582,7 +606,10 @@ CASES: dict[tuple[str, str], Case] = {
     ("rand_get_state", "rng-state"): Case(_state("get", words=5), "dst"),
     ("rand_set_state", "rng-state-dtype"): Case(_state("set", dtype=nl.int32), "src_seeds"),
     ("rand_set_state", "rng-state"): Case(_state("set", words=24), "src_seeds"),
-    ("dropout", "dropout-prob"): Case(_dropout, "data"),
+    ("dropout", "dropout-prob"): Case(_dropout(), "data"),
+    ("dropout", "scalar-operand-shape"): Case(_dropout(tile=True), "prob"),
+    ("rand2", "scalar-operand-shape"): Case(_rand2(tile=True), "min", target="trn3"),
+    ("rand2", "rand2-range"): Case(_rand2(), "dst", target="trn3"),
     ("all_reduce", "collective-size"): Case(_collective("all_reduce", wrong_size=True), "dst"),
     ("all_reduce", "collective-op"): Case(_collective("all_reduce", op=nl.subtract), None),
     ("all_gather", "collective-size"): Case(_collective("all_gather", wrong_size=True), "dst"),
@@ -640,7 +667,7 @@ COVERAGE: dict[str, tuple[str, ...]] = {
     "sendrecv": ("collective-size",),
     # nki.isa.rng page: dst is any tile of the engine; the shared engine rules (COMPUTE_RULES) are its rules.
     "rng": (),
-    "rand2": ("target-support",),
+    "rand2": ("target-support", "scalar-operand-shape", "rand2-range"),
     "rand_set_state": ("target-support", "rng-state-dtype", "rng-state"),
     "rand_get_state": ("target-support", "rng-state-dtype", "rng-state"),
     # nki.isa.set_rng_seed page: a seed tile or number; only the shared engine rules apply.
@@ -926,6 +953,10 @@ def _fuzz(which, a_shape, b_shape, a_dtype, b_dtype):
             nisa.register_store(b, nisa.register_alloc(a))
         elif which == "rand_get_state":
             nisa.rand_get_state(dst=b)
+        elif which == "rand2":
+            nisa.rand2(dst=b, min=a, max=2.0)
+        elif which == "dropout":
+            nisa.dropout(dst=b, data=b, prob=a)
         elif which == "sendrecv":
             c = nl.program_id(0)
             nisa.sendrecv(src=a, dst=b, send_to_rank=1 - c, recv_from_rank=1 - c, pipe_id=0)
@@ -940,7 +971,7 @@ def _fuzz(which, a_shape, b_shape, a_dtype, b_dtype):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(which=st.sampled_from(["dma_copy", "dma_transpose", "dma_compute", "local_gather", "sequence_bounds",
                               "nonzero_with_count", "topk", "quantize_mx", "register", "rand_get_state",
-                              "sendrecv"]),
+                              "rand2", "dropout", "sendrecv"]),
        a_shape=SHAPES, b_shape=SHAPES, a_dtype=st.sampled_from(DTYPES), b_dtype=st.sampled_from(DTYPES))
 def test_kernel_mistakes_surface_as_rule_errors(which, a_shape, b_shape, a_dtype, b_dtype):
     try:

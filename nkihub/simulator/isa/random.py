@@ -9,7 +9,8 @@ import numpy as np
 
 from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa.base import ELEMENTWISE, GENERATE, RANDOM, f32, fit, free_elems, register, store
-from nkihub.simulator.rules import COMPUTE_RULES, Documented, documents, same_free_size, same_partitions, target_gate
+from nkihub.simulator.rules import (COMPUTE_RULES, Documented, documents, partitions, same_free_size, same_partitions,
+                                  target_gate)
 
 
 def _cost(ins, program, target):
@@ -44,14 +45,26 @@ register("set_rng_seed", engines={"vector", "gpsimd"}, execute=_seed,
          categories={GENERATE, RANDOM})
 
 
-PROB = Documented("dropout-prob", ("data",), "nki.isa.dropout",
-                  "prob, a number, is a probability in [0, 1] (a tile: [P, 1], one per partition)")
+def _columns(ins, program, constraint: Documented, ref: str, *roles: str) -> None:
+    """Refuse a tile operand among ``roles`` that is not a [P, 1] column of ``ref``'s P partitions."""
+    p = partitions(ins.dst.get(ref) or ins.src[ref])
+    for role in roles:
+        ap = ins.src.get(role)
+        if ap is not None and (partitions(ap) != p or ap.size != p):
+            raise constraint.fail(f"'{role}' must be a number or a ({p}, 1) tile, one value per partition",
+                                  ins, program, role)
 
 
-@documents(PROB)
+PROB = Documented("dropout-prob", ("data",), "nki.isa.dropout", "prob, a number, is a probability in [0, 1]")
+PROB_SHAPE = Documented("scalar-operand-shape", ("prob",), "nki.isa.dropout",
+                        "prob, a tile, is [P, 1]: one probability per partition of data")
+
+
+@documents(PROB, PROB_SHAPE)
 def _prob_rule(ins, program, target):
     if "prob" not in ins.src and not 0.0 <= ins.attrs.get("prob", 0.0) <= 1.0:
         raise PROB.fail(f"prob {ins.attrs.get('prob')} is not in [0, 1]", ins, program, "data")
+    _columns(ins, program, PROB_SHAPE, "data", "prob")
 
 
 def _dropout(ins, src, dst, ctx):
@@ -82,9 +95,20 @@ def _rand2(ins, src, dst, ctx):
 
 
 _gen4 = target_gate("gen4")   # the rand2 page: NeuronCore-v4 and newer
+BOUNDS_SHAPE = Documented("scalar-operand-shape", ("min", "max"), "nki.isa.rand2",
+                          "min and max are scalars or vectors: a tile is [P, 1] for dst's P partitions")
+BOUNDS_ORDER = Documented("rand2-range", ("dst",), "nki.isa.rand2", "min < max for a valid range")
 
 
-register("rand2", engines={"vector"}, execute=_rand2, cost=_cost, rules=COMPUTE_RULES + (_gen4,),
+@documents(BOUNDS_SHAPE, BOUNDS_ORDER)
+def _rand2_rules(ins, program, target):
+    _columns(ins, program, BOUNDS_SHAPE, "dst", "min", "max")
+    lo, hi = ins.attrs.get("min"), ins.attrs.get("max")
+    if lo is not None and hi is not None and not lo < hi:
+        raise BOUNDS_ORDER.fail(f"min {lo:g} is not below max {hi:g}", ins, program, "dst")
+
+
+register("rand2", engines={"vector"}, execute=_rand2, cost=_cost, rules=COMPUTE_RULES + (_gen4, _rand2_rules),
          categories={GENERATE, RANDOM})
 
 # The generator state as the engines expose it: XORWOW keeps 6 32-bit words per lane (24 on the Vector
