@@ -209,6 +209,29 @@ def _transpose(dst_shape=None, axes=None, psum=False):
     return run
 
 
+def _transpose_dge(mode=None, dtype=None):
+    """dma_transpose with dge_mode=hwdge of a [16, 128] float16 HBM tensor (the page's hardware-DGE shape);
+    ``mode``/``dtype`` break it when ``bad``."""
+    def run(bad, new, lines):
+        def k(x):
+            src = x
+            if bad and dtype is not None:
+                src = _sb(x.shape, dtype)
+                nisa.dma_copy(dst=src, src=x)
+            m = mode if bad and mode else "hwdge"
+            if new:
+                d = _sb(x.shape[::-1], nl.float16)
+                lines.append(_line())
+                nisa.dma_transpose(dst=d, src=src, dge_mode=getattr(nisa.dge_mode, m))
+            else:
+                lines.append(_line())
+                d = old_isa.dma_transpose(src, dge_mode=getattr(old_isa.dge_mode, m), dtype=nl.float16)
+            return _out(d)
+        x = (np.arange(16 * 128) % 97).reshape(16, 128).astype(np.float16)
+        return _run(k, x), x.T
+    return run
+
+
 def x_sb(x):
     t = _sb(x.shape)
     nisa.dma_copy(dst=t, src=x)
@@ -554,7 +577,9 @@ CASES: dict[tuple[str, str], Case] = {
     ("dma_copy_indirect", "indirect-offsets"): Case(_gather(bad_rows=True), "offsets"),
     ("dma_transpose", "dma-buffer"): Case(_transpose(psum=True), "src", old=True),
     ("dma_transpose", "dma-size"): Case(_transpose(dst_shape=(16, 7)), "src"),
-    ("dma_transpose", "transpose-axes"): Case(_transpose(axes=(0, 0)), "src", old=True),
+    ("dma_transpose", "transpose-axes"): Case(_transpose(axes=(0, 1)), "src", old=True),
+    ("dma_transpose", "transpose-dge-mode"): Case(_transpose_dge(mode="swdge"), "src", old=True),
+    ("dma_transpose", "transpose-hwdge"): Case(_transpose_dge(dtype=nl.float32), "src", old=True),
     ("dma_transpose", "transpose-shape"): Case(_transpose(dst_shape=(8, 16)), "dst"),
     ("dma_compute", "dma-compute-sources"): Case(_dma_compute(sources=17), "dst"),
     ("dma_compute", "dma-buffer"): Case(_dma_compute(psum=True), "src1"),
@@ -644,7 +669,8 @@ FUNCTION_ROWS = {
 
 COVERAGE: dict[str, tuple[str, ...]] = {
     "dma_copy": ("dma-buffer", "dma-rmw-op", "dma-rmw-oob", "dma-size", "indirect-offsets", "partition-dim-limit"),
-    "dma_transpose": ("dma-buffer", "dma-size", "transpose-axes", "transpose-shape"),
+    "dma_transpose": ("dma-buffer", "dma-size", "transpose-axes", "transpose-shape", "transpose-dge-mode",
+                      "transpose-hwdge"),
     "dma_compute": ("dma-compute-sources", "dma-buffer", "dma-size", "reduce-op", "dma-compute-scales"),
     "local_gather": ("local-gather-partitions", "index-dtype", "dtype-mismatch", "num-elem-per-idx",
                      "num-valid-indices", "shape-mismatch"),
@@ -981,3 +1007,14 @@ def test_kernel_mistakes_surface_as_rule_errors(which, a_shape, b_shape, a_dtype
     except Exception as e:   # numpy's broadcasting ValueError, an IndexError, a TypeError...
         pytest.fail(f"raw {type(e).__name__} reached the author for {which} {a_shape} {a_dtype} -> {b_shape} "
                     f"{b_dtype}: {e}")
+
+
+def test_hardware_dge_transpose_needs_neuroncore_v3():
+    def k(x):
+        d = _sb(x.shape[::-1], nl.float16)
+        nisa.dma_transpose(dst=d, src=x, dge_mode=nisa.dge_mode.hwdge)
+        return _out(d)
+    x = np.ones((16, 128), np.float16)
+    with pytest.raises(KernelRuleError, match=r"NeuronCore-v3 or newer, not trn1 .*transpose-hwdge"):
+        _run(k, x, target="trn1")
+    np.testing.assert_array_equal(_run(k, x, target="trn2"), x.T)

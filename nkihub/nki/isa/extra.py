@@ -169,10 +169,13 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=None, oob_mode=No
     indirect view, e.g. rows picked by an index tile) is gathered into an HBM staging tensor first: the
     same values, one more DMA pass in the cost model than the hardware's fused descriptors."""
     _tile(dst, "dst"), _tile(src, "src")
+    attrs = {"axes": list(axes) if axes else None}
+    if dge_mode is not None and _cmd(dge_mode) != "unknown":   # checked by the row (the modes a transpose takes)
+        attrs.update(dge_mode=_cmd(dge_mode), indirect=src.indirect is not None)
     if src.indirect is not None:
         from nkihub.nki import indirect
         src = indirect.staged(src, "nisa.dma_transpose", "error" if oob_mode is None else _cmd(oob_mode))
-    emit("dma_transpose", "dma", {"dst": dst}, {"src": src}, {"axes": list(axes) if axes else None})
+    emit("dma_transpose", "dma", {"dst": dst}, {"src": src}, attrs)
     return dst
 
 

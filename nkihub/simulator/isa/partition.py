@@ -106,19 +106,58 @@ def _dma_transpose(ins, src, dst, ctx):
 
 
 TRANSPOSE_AXES = Documented("transpose-axes", ("src",), "nki.isa.dma_transpose",
-                            "axes is a permutation of src's dims")
+                            "axes is one of the supported (1, 0), (2, 1, 0), (3, 1, 2, 0), for a src of that rank")
 TRANSPOSE_SHAPE = Documented("transpose-shape", ("dst",), "nki.isa.dma_transpose",
                              "dst has src's shape permuted by axes (default [1, 0], [2, 1, 0], [3, 1, 2, 0])")
 
 
-@documents(DMA_BUFFER, DMA_SIZE, DMA_PARTITIONS, TRANSPOSE_AXES, TRANSPOSE_SHAPE)
+TRANSPOSE_DGE = Documented("transpose-dge-mode", ("src",), "nki.isa.dma_transpose",
+                           "a direct transpose takes dge_mode unknown or hwdge, an indirect one unknown or swdge")
+TRANSPOSE_HWDGE = Documented("transpose-hwdge", ("src",), "nki.isa.dma_transpose",
+                             "with dge_mode=hwdge (NeuronCore-v3 and newer): src.shape[0] == 16 for 2-d, in "
+                             "{1, 2, 4, 8, 16} with src.shape[0] * src.shape[-2] % 16 == 0 for 3-d/4-d; "
+                             "src.shape[-1] <= 128; a 2-byte dtype")
+HWDGE_ROWS = (1, 2, 4, 8, 16)
+
+
+def _transpose_dge(ins, program, target) -> None:
+    """The DGE modes of dma_transpose and the hardware-DGE limits (attrs ``dge_mode``, ``indirect``)."""
+    mode = ins.attrs.get("dge_mode")
+    if mode is None:
+        return
+    allowed = ("swdge",) if ins.attrs.get("indirect") else ("hwdge",)
+    if mode not in allowed:
+        raise TRANSPOSE_DGE.fail(f"dge_mode {mode}: a{'n indirect' if ins.attrs.get('indirect') else ' direct'} "
+                                 f"transpose takes unknown or {allowed[0]}", ins, program, "src")
+    if mode != "hwdge":
+        return
+    s = ins.src["src"]
+    shape, spec = tuple(s.shape), program.tensor_of(s)
+    why = None
+    if target.nc_version == "gen2":
+        why = f"hardware DGE needs NeuronCore-v3 or newer, not {target.name}"
+    elif len(shape) == 2 and shape[0] != 16:
+        why = f"a 2-d src has {shape[0]} rows; hardware DGE takes 16"
+    elif len(shape) > 2 and (shape[0] not in HWDGE_ROWS or shape[0] * shape[-2] % 16):
+        why = (f"src.shape[0] = {shape[0]} must be one of {HWDGE_ROWS} with src.shape[0] * src.shape[-2] a "
+               "multiple of 16")
+    elif shape[-1] > 128:
+        why = f"src.shape[-1] = {shape[-1]}; at most 128"
+    elif spec.np_dtype.itemsize != 2:
+        why = f"src is {spec.dtype}; hardware DGE transposes 2-byte dtypes"
+    if why:
+        raise TRANSPOSE_HWDGE.fail(f"dge_mode=hwdge: {why}", ins, program, "src")
+
+
+@documents(DMA_BUFFER, DMA_SIZE, DMA_PARTITIONS, TRANSPOSE_AXES, TRANSPOSE_SHAPE, TRANSPOSE_DGE, TRANSPOSE_HWDGE)
 def _dma_transpose_rules(ins, program, target):
     s, d = ins.src["src"], ins.dst["dst"]
     axes = ins.attrs.get("axes") or default_transpose_axes(len(s.shape))
-    if sorted(axes) != list(range(len(s.shape))):
-        raise TRANSPOSE_AXES.fail(f"axes {axes} is not a permutation of the src's {len(s.shape)} dims",
-                                  ins, program, "src")
+    if len(s.shape) not in (2, 3, 4) or list(axes) != default_transpose_axes(len(s.shape)):
+        raise TRANSPOSE_AXES.fail(f"axes {tuple(axes)} for a {len(s.shape)}-d src; the supported axes are (1, 0), "
+                                  "(2, 1, 0) and (3, 1, 2, 0)", ins, program, "src")
     _dma_rules(ins, program, target)
+    _transpose_dge(ins, program, target)
     if tuple(s.shape[a] for a in axes) != tuple(d.shape):
         raise TRANSPOSE_SHAPE.fail(f"dst must have shape {tuple(s.shape[a] for a in axes)}", ins, program, "dst")
 

@@ -252,7 +252,7 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
     from nkihub.simulator.isa.partition import default_transpose_axes
     order = list(axes) if axes else default_transpose_axes(src.ndim)
     out = _nl.ndarray(tuple(src.shape[a] for a in order), dtype or src.dtype, buffer=_nl.sbuf, name="dma_t")
-    return _emit(_nisa.dma_transpose, out, mask, src, axes=axes)
+    return _emit(_nisa.dma_transpose, out, mask, src, axes=axes, dge_mode=kwargs.get("dge_mode"))
 
 
 def dropout(data, prob, *, mask=None, dtype=None, **kwargs):
