@@ -479,6 +479,53 @@ def _state(op, dtype=nl.uint32, words=6):
     return run
 
 
+def _rng(dtype=False, gpsimd=False):
+    """nisa.rng into an int32 tile; a float32 dst, or GpSimd on trn1, breaks it (kept: GpSimd on trn2)."""
+    def run(bad, new, lines):
+        def k(x):
+            d = _sb((P, 8), nl.float32 if bad and dtype else nl.int32)
+            lines.append(_line())
+            nisa.rng(dst=d, engine=nisa.engine.gpsimd if gpsimd else nisa.engine.vector)
+            ok = _sb((P, 8))
+            nisa.memset(dst=ok, value=1.0)
+            return _out(ok)
+        return _run(k, X, target="trn1" if bad and gpsimd else "trn2"), np.ones((P, 8), np.float32)
+    return run
+
+
+def _seed(shape=(1, 1), dtype=nl.int32):
+    def run(bad, new, lines):
+        def k(x):
+            s = _sb(shape if bad else (1, 1), dtype if bad else nl.int32)
+            nisa.memset(dst=s, value=7)
+            lines.append(_line())
+            nisa.set_rng_seed(src_seeds=s)
+            d = _sb((P, 8), nl.int32)
+            nisa.rng(dst=d)
+            return _out(d)
+        return _run(k, X), None
+    return run
+
+
+def _state_engine(op, psum=False):
+    """The state on the Vector Engine: NeuronCore-v4 only (broken on trn2), src_seeds in SBUF (broken: PSUM)."""
+    def run(bad, new, lines):
+        def k(x):
+            s = nl.ndarray((1, 24), dtype=nl.uint32, buffer=nl.psum if bad and psum else nl.sbuf)
+            if op == "set":
+                nisa.memset(dst=s, value=1)
+                lines.append(_line())
+                nisa.rand_set_state(src_seeds=s, engine=nisa.engine.vector)
+            else:
+                lines.append(_line())
+                nisa.rand_get_state(dst=s, engine=nisa.engine.vector)
+            ok = _sb((1, 4))
+            nisa.memset(dst=ok, value=0.0)
+            return _out(ok)
+        return _run(k, X, target="trn2" if bad and not psum else "trn3"), np.zeros((1, 4), np.float32)
+    return run
+
+
 def _dropout(tile=False):
     def run(bad, new, lines):
         def k(x):
@@ -631,6 +678,13 @@ CASES: dict[tuple[str, str], Case] = {
     ("rand_get_state", "rng-state"): Case(_state("get", words=5), "dst"),
     ("rand_set_state", "rng-state-dtype"): Case(_state("set", dtype=nl.int32), "src_seeds"),
     ("rand_set_state", "rng-state"): Case(_state("set", words=24), "src_seeds"),
+    ("rand", "dtype"): Case(_rng(dtype=True), "dst"),
+    ("rand", "rng-engine"): Case(_rng(gpsimd=True), "dst"),
+    ("set_rng_seed", "rng-seed"): Case(_seed(shape=(1, 2)), "src_seeds"),
+    ("set_rng_seed", "rng-seed-dtype"): Case(_seed(dtype=nl.uint16), "src_seeds"),
+    ("rand_get_state", "rng-engine"): Case(_state_engine("get"), "dst"),
+    ("rand_set_state", "rng-engine"): Case(_state_engine("set"), "src_seeds"),
+    ("rand_set_state", "rng-state-buffer"): Case(_state_engine("set", psum=True), "src_seeds"),
     ("dropout", "dropout-prob"): Case(_dropout(), "data"),
     ("dropout", "scalar-operand-shape"): Case(_dropout(tile=True), "prob"),
     ("rand2", "scalar-operand-shape"): Case(_rand2(tile=True), "min", target="trn3"),
@@ -654,6 +708,8 @@ BY_CONSTRUCTION = {
                                                   "(cased there); an index tile cannot reach more partitions",
     ("dma_transpose", "partition-dim-limit"): "the same rule as dma_copy's (cased there): a DMA rule",
     ("dma_compute", "partition-dim-limit"): "the same rule as dma_copy's (cased there): a DMA rule",
+    ("rand_get_state", "rng-state-buffer"): "a GpSimd dst in PSUM is refused first by the shared engine-buffer "
+                                            "rule; the Vector Engine (NeuronCore-v4) may write PSUM",
 }
 
 # The public functions of this scope (issue 30, data movement and state) and the table rows they emit.
@@ -691,13 +747,11 @@ COVERAGE: dict[str, tuple[str, ...]] = {
     "register_store": ("register-operand", "register-buffer"),
     "core_barrier": ("target-support",),
     "sendrecv": ("collective-size",),
-    # nki.isa.rng page: dst is any tile of the engine; the shared engine rules (COMPUTE_RULES) are its rules.
-    "rng": (),
+    "rng": ("dtype", "rng-engine"),
     "rand2": ("target-support", "scalar-operand-shape", "rand2-range"),
-    "rand_set_state": ("target-support", "rng-state-dtype", "rng-state"),
-    "rand_get_state": ("target-support", "rng-state-dtype", "rng-state"),
-    # nki.isa.set_rng_seed page: a seed tile or number; only the shared engine rules apply.
-    "set_rng_seed": (),
+    "rand_set_state": ("target-support", "rng-state-dtype", "rng-state", "rng-engine", "rng-state-buffer"),
+    "rand_get_state": ("target-support", "rng-state-dtype", "rng-state", "rng-engine"),
+    "set_rng_seed": ("rng-seed", "rng-seed-dtype"),
 }
 
 # The isa modules of this scope: every rule of a row defined in them must case its constraints (partition.py:
@@ -979,6 +1033,10 @@ def _fuzz(which, a_shape, b_shape, a_dtype, b_dtype):
             nisa.register_store(b, nisa.register_alloc(a))
         elif which == "rand_get_state":
             nisa.rand_get_state(dst=b)
+        elif which == "rng":
+            nisa.rng(dst=b)
+        elif which == "set_rng_seed":
+            nisa.set_rng_seed(src_seeds=a)
         elif which == "rand2":
             nisa.rand2(dst=b, min=a, max=2.0)
         elif which == "dropout":
@@ -997,7 +1055,7 @@ def _fuzz(which, a_shape, b_shape, a_dtype, b_dtype):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(which=st.sampled_from(["dma_copy", "dma_transpose", "dma_compute", "local_gather", "sequence_bounds",
                               "nonzero_with_count", "topk", "quantize_mx", "register", "rand_get_state",
-                              "rand2", "dropout", "sendrecv"]),
+                              "rand2", "dropout", "rng", "set_rng_seed", "sendrecv"]),
        a_shape=SHAPES, b_shape=SHAPES, a_dtype=st.sampled_from(DTYPES), b_dtype=st.sampled_from(DTYPES))
 def test_kernel_mistakes_surface_as_rule_errors(which, a_shape, b_shape, a_dtype, b_dtype):
     try:

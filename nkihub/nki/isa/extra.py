@@ -164,14 +164,20 @@ def nc_n_gather(dst, data, indices, name=None):
     return dst
 
 
+_DGE_MODES = ("unknown", "swdge", "hwdge", "none")   # nki.isa.dge_mode by its AWS enum value
+
+
 def dma_transpose(dst, src, axes=None, priority=None, dge_mode=None, oob_mode=None, name=None):
     """dst = src with its axes permuted (default reversed) through a DMA queue. A gathering ``src`` (an
     indirect view, e.g. rows picked by an index tile) is gathered into an HBM staging tensor first: the
     same values, one more DMA pass in the cost model than the hardware's fused descriptors."""
     _tile(dst, "dst"), _tile(src, "src")
     attrs = {"axes": list(axes) if axes else None}
-    if dge_mode is not None and _cmd(dge_mode) != "unknown":   # checked by the row (the modes a transpose takes)
-        attrs.update(dge_mode=_cmd(dge_mode), indirect=src.indirect is not None)
+    # AWS's enum values (0..3) are accepted as nki-library passes them (dge_mode=3 for none).
+    mode = _DGE_MODES[dge_mode] if isinstance(dge_mode, int) and dge_mode in range(4) else \
+        (None if dge_mode is None else _cmd(dge_mode))
+    if mode not in (None, "unknown"):   # checked by the row (the modes a transpose takes)
+        attrs.update(dge_mode=mode, indirect=src.indirect is not None)
     if src.indirect is not None:
         from nkihub.nki import indirect
         src = indirect.staged(src, "nisa.dma_transpose", "error" if oob_mode is None else _cmd(oob_mode))
@@ -190,11 +196,9 @@ def dropout(dst, data, prob, name=None):
 
 
 def rng(dst, engine=engine.unknown, name=None):
-    """Fill an integer dst with random bits (Vector or GpSimd Engine)."""
+    """Fill an integer dst with random bits (Vector, or GpSimd on NeuronCore-v3+); the row refuses a float dst."""
     _tile(dst, "dst")
-    if np.dtype(dst.dtype).kind not in "iu":
-        raise ValueError(f"rng: dst must be an integer tile, got {dst.dtype}")
-    emit("rand", _engine(engine, "vector"), {"dst": dst}, {})
+    emit("rand", _engine(engine, "vector"), {"dst": dst}, {}, {"bits": True})
     return dst
 
 

@@ -111,8 +111,11 @@ TRANSPOSE_SHAPE = Documented("transpose-shape", ("dst",), "nki.isa.dma_transpose
                              "dst has src's shape permuted by axes (default [1, 0], [2, 1, 0], [3, 1, 2, 0])")
 
 
+# The page: "The only valid dge_modes are unknown and hwdge" (direct), "unknown and swdge" (indirect);
+# nki-library's published TKG kernels pass dge_mode=none (3) to direct transposes, so none is kept.
 TRANSPOSE_DGE = Documented("transpose-dge-mode", ("src",), "nki.isa.dma_transpose",
-                           "a direct transpose takes dge_mode unknown or hwdge, an indirect one unknown or swdge")
+                           "a direct transpose takes dge_mode unknown or hwdge (or none), an indirect one unknown "
+                           "or swdge")
 TRANSPOSE_HWDGE = Documented("transpose-hwdge", ("src",), "nki.isa.dma_transpose",
                              "with dge_mode=hwdge (NeuronCore-v3 and newer): src.shape[0] == 16 for 2-d, in "
                              "{1, 2, 4, 8, 16} with src.shape[0] * src.shape[-2] % 16 == 0 for 3-d/4-d; "
@@ -125,10 +128,10 @@ def _transpose_dge(ins, program, target) -> None:
     mode = ins.attrs.get("dge_mode")
     if mode is None:
         return
-    allowed = ("swdge",) if ins.attrs.get("indirect") else ("hwdge",)
+    allowed = ("swdge",) if ins.attrs.get("indirect") else ("hwdge", "none")
     if mode not in allowed:
         raise TRANSPOSE_DGE.fail(f"dge_mode {mode}: a{'n indirect' if ins.attrs.get('indirect') else ' direct'} "
-                                 f"transpose takes unknown or {allowed[0]}", ins, program, "src")
+                                 f"transpose takes unknown or {' or '.join(allowed)}", ins, program, "src")
     if mode != "hwdge":
         return
     s = ins.src["src"]

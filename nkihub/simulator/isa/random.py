@@ -9,8 +9,8 @@ import numpy as np
 
 from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa.base import ELEMENTWISE, GENERATE, RANDOM, f32, fit, free_elems, register, store
-from nkihub.simulator.rules import (COMPUTE_RULES, Documented, documents, partitions, same_free_size, same_partitions,
-                                  target_gate)
+from nkihub.simulator.rules import (COMPUTE_RULES, NC_NAMES, NC_ORDER, Documented, documents, partitions,
+                                  same_free_size, same_partitions, target_gate)
 
 
 def _cost(ins, program, target):
@@ -29,7 +29,31 @@ def _rand(ins, src, dst, ctx):
         store(out, ctx.rng.random(out.shape, dtype=np.float32))
 
 
-register("rand", engines={"vector", "gpsimd"}, execute=_rand, cost=_cost, rules=COMPUTE_RULES,
+RNG_DTYPE = Documented("dtype", ("dst",), "nki.isa.rng", "dst is an integer tile: int8/16/32, uint8/16/32")
+RNG_ENGINE = Documented("rng-engine", ("dst",), "nki.isa.rng", "the Vector Engine, or GpSimd from NeuronCore-v3")
+STATE_ENGINE = Documented("rng-engine", ("dst", "src_seeds"), None,
+                          "GpSimd from NeuronCore-v3, the Vector Engine from NeuronCore-v4")
+
+
+def _engine_rule(ins, program, target, constraint: Documented, role: str | None, gpsimd_from: str,
+                 vector_from: str = "gen2") -> None:
+    """Refuse the engine ``ins`` runs on when ``target`` is older than the engine's first version."""
+    first = gpsimd_from if ins.engine == "gpsimd" else vector_from
+    if NC_ORDER.index(target.nc_version) < NC_ORDER.index(first):
+        raise constraint.fail(f"{ins.opcode} on the {ins.engine} engine needs {NC_NAMES[first]} or newer, not "
+                              f"{target.name}", ins, program, role)
+
+
+@documents(RNG_DTYPE, RNG_ENGINE)
+def _rng_rule(ins, program, target):
+    """nisa.rng (attr ``bits``): an integer dst; GpSimd from NeuronCore-v3."""
+    spec = program.tensor_of(ins.dst["dst"])
+    if ins.attrs.get("bits") and spec.np_dtype.kind not in "iu":
+        raise RNG_DTYPE.fail(f"rng writes random bits into an integer tile, not {spec.dtype}", ins, program, "dst")
+    _engine_rule(ins, program, target, RNG_ENGINE, "dst", gpsimd_from="gen3")
+
+
+register("rand", engines={"vector", "gpsimd"}, execute=_rand, cost=_cost, rules=COMPUTE_RULES + (_rng_rule,),
          categories={GENERATE, RANDOM})
 
 
@@ -40,8 +64,25 @@ def _seed(ins, src, dst, ctx):
     ctx.rng = np.random.default_rng(seed)
 
 
+SEED_SHAPE = Documented("rng-seed", ("src_seeds",), "nki.isa.set_rng_seed", "src_seeds is a [1, 1] tensor")
+SEED_DTYPE = Documented("rng-seed-dtype", ("src_seeds",), "nki.isa.set_rng_seed", "src_seeds holds a 32-bit value")
+
+
+@documents(SEED_SHAPE, SEED_DTYPE)
+def _seed_rule(ins, program, target):
+    ap = ins.src.get("src_seeds")
+    if ap is None:
+        return
+    if ap.size != 1:
+        raise SEED_SHAPE.fail(f"src_seeds holds {ap.size} values; the seed is a [1, 1] tensor", ins, program,
+                              "src_seeds")
+    if program.tensor_of(ap).np_dtype.itemsize != 4:
+        raise SEED_DTYPE.fail(f"src_seeds is {program.tensor_of(ap).dtype}; the seed is a 32-bit value", ins,
+                              program, "src_seeds")
+
+
 register("set_rng_seed", engines={"vector", "gpsimd"}, execute=_seed,
-         cost=lambda ins, p, t: cr.seconds(cr.MIN_II_CYCLES, t, "vector"), rules=COMPUTE_RULES,
+         cost=lambda ins, p, t: cr.seconds(cr.MIN_II_CYCLES, t, "vector"), rules=COMPUTE_RULES + (_seed_rule,),
          categories={GENERATE, RANDOM})
 
 
@@ -120,12 +161,17 @@ STATE_WORDS = {"gpsimd": 6, "vector": 24}
 STATE_DTYPE = Documented("rng-state-dtype", ("dst", "src_seeds"), None, "the state tile is uint32")
 STATE_SIZE = Documented("rng-state", ("dst", "src_seeds"), None,
                         "the state tile holds 6 words per partition on GpSimd, 24 on the Vector Engine")
+STATE_BUFFER = Documented("rng-state-buffer", ("dst", "src_seeds"), None,
+                          "src_seeds is in SBUF; dst in SBUF (PSUM too on the Vector Engine of NeuronCore-v4)")
 
 
-@documents(STATE_DTYPE, STATE_SIZE)
+@documents(STATE_DTYPE, STATE_SIZE, STATE_BUFFER, STATE_ENGINE)
 def _state_rule(ins, program, target):
     role = "dst" if ins.dst else "src_seeds"
     ap = ins.dst.get("dst") or ins.src["src_seeds"]
+    _engine_rule(ins, program, target, STATE_ENGINE, role, gpsimd_from="gen3", vector_from="gen4")
+    if program.tensor_of(ap).buffer == "psum" and (role == "src_seeds" or ins.engine != "vector"):
+        raise STATE_BUFFER.fail(f"{role} must be in SBUF", ins, program, role)
     want = STATE_WORDS[ins.engine]
     if program.tensor_of(ap).dtype != "uint32":
         raise STATE_DTYPE.fail("the state tile must be uint32", ins, program, role)
