@@ -48,10 +48,13 @@ def _offsets_tile(value, what: str):
 def make(view, base, scalar_offset, vector_offset, indirect_dim):
     """Turn the static ``view`` (the pattern over ``base``) into an indirect one."""
     if scalar_offset is not None and vector_offset is not None:
-        raise ValueError("ap(): pass scalar_offset or vector_offset, not both")
+        raise KernelRuleError("indirect-offsets", "ap(): pass scalar_offset or vector_offset, not both (they are "
+                              f"mutually exclusive; source: {OFFSETS.source})", operand="offsets",
+                              loc=tracing.caller_loc())
     d = 0 if indirect_dim is None else int(indirect_dim)
     if not 0 <= d < base.ndim:
-        raise ValueError(f"ap(indirect_dim={indirect_dim}): the tensor has {base.ndim} dims {base.shape}")
+        raise KernelRuleError("indirect-dim", f"ap(indirect_dim={indirect_dim}): the tensor has {base.ndim} dims "
+                              f"{base.shape}", operand="table", loc=tracing.caller_loc())
     stride = base.dims[d][0]
     if scalar_offset is not None and isinstance(scalar_offset, int):
         return type(view)(view.spec, view.offset + scalar_offset * stride, view.dims)   # known now: static

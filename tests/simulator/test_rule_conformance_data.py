@@ -156,6 +156,24 @@ def _gather(bad_rows=False, psum=False):
     return run
 
 
+def _gather_where(offsets_in_hbm=False, table_on_chip=False):
+    """The gather with its offsets left in HBM, or its table an SBUF tile, when ``bad``."""
+    def run(bad, new, lines):
+        def k(table, idx):
+            ids = _sb((4, 1), nl.int32)
+            nisa.dma_copy(dst=ids, src=idx)
+            tab = table
+            if bad and table_on_chip:
+                tab = x_sb(table)
+            t = _sb((4, 8))
+            offsets = idx if bad and offsets_in_hbm else ids
+            lines.append(_line())
+            nisa.dma_copy(dst=t, src=tab.ap(pattern=[[8, 4], [1, 8]], offset=0, vector_offset=offsets, indirect_dim=0))
+            return _out(t)
+        return _run(k, TABLE, IDX), TABLE[IDX[:, 0]]
+    return run
+
+
 def _gather_size(bad, new, lines):
     def k(table, idx):
         ids = _sb((4, 1), nl.int32)
@@ -622,6 +640,8 @@ CASES: dict[tuple[str, str], Case] = {
     ("dma_copy_indirect", "dma-rmw-oob"): Case(_scatter(skip=True), "table"),
     ("dma_copy_indirect", "dma-size"): Case(_gather_size, "dst"),
     ("dma_copy_indirect", "indirect-offsets"): Case(_gather(bad_rows=True), "offsets"),
+    ("dma_copy_indirect", "indirect-offsets-buffer"): Case(_gather_where(offsets_in_hbm=True), "offsets"),
+    ("dma_copy_indirect", "indirect-table-buffer"): Case(_gather_where(table_on_chip=True), "table"),
     ("dma_transpose", "dma-buffer"): Case(_transpose(psum=True), "src", old=True),
     ("dma_transpose", "dma-size"): Case(_transpose(dst_shape=(16, 7)), "src"),
     ("dma_transpose", "transpose-axes"): Case(_transpose(axes=(0, 1)), "src", old=True),
@@ -724,7 +744,8 @@ FUNCTION_ROWS = {
 }
 
 COVERAGE: dict[str, tuple[str, ...]] = {
-    "dma_copy": ("dma-buffer", "dma-rmw-op", "dma-rmw-oob", "dma-size", "indirect-offsets", "partition-dim-limit"),
+    "dma_copy": ("dma-buffer", "dma-rmw-op", "dma-rmw-oob", "dma-size", "indirect-offsets", "indirect-offsets-buffer",
+                 "indirect-table-buffer", "partition-dim-limit"),
     "dma_transpose": ("dma-buffer", "dma-size", "transpose-axes", "transpose-shape", "transpose-dge-mode",
                       "transpose-hwdge"),
     "dma_compute": ("dma-compute-sources", "dma-buffer", "dma-size", "reduce-op", "dma-compute-scales"),
@@ -1033,6 +1054,11 @@ def _fuzz(which, a_shape, b_shape, a_dtype, b_dtype):
             nisa.register_store(b, nisa.register_alloc(a))
         elif which == "rand_get_state":
             nisa.rand_get_state(dst=b)
+        elif which == "indirect":
+            ids = _sb(a_shape, a_dtype)
+            nisa.memset(dst=ids, value=0)
+            nisa.dma_copy(dst=b, src=x.ap(pattern=[[F, b_shape[0]], [1, b_shape[1]]], offset=0, vector_offset=ids,
+                                          indirect_dim=0))
         elif which == "rng":
             nisa.rng(dst=b)
         elif which == "set_rng_seed":
@@ -1055,7 +1081,7 @@ def _fuzz(which, a_shape, b_shape, a_dtype, b_dtype):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(which=st.sampled_from(["dma_copy", "dma_transpose", "dma_compute", "local_gather", "sequence_bounds",
                               "nonzero_with_count", "topk", "quantize_mx", "register", "rand_get_state",
-                              "rand2", "dropout", "rng", "set_rng_seed", "sendrecv"]),
+                              "rand2", "dropout", "rng", "set_rng_seed", "indirect", "sendrecv"]),
        a_shape=SHAPES, b_shape=SHAPES, a_dtype=st.sampled_from(DTYPES), b_dtype=st.sampled_from(DTYPES))
 def test_kernel_mistakes_surface_as_rule_errors(which, a_shape, b_shape, a_dtype, b_dtype):
     try:

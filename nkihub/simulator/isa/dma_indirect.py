@@ -94,14 +94,19 @@ def _execute(ins, src, dst, ctx):
 RMW_OOB = Documented("dma-rmw-oob", ("table",), "nki.isa.dma_copy",
                      "with dst_rmw_op, only oob_mode=oob_mode.error is allowed")
 OFFSETS = Documented("indirect-offsets", ("offsets",), "nki.isa.dma_copy",
-                     "a scalar_offset holds one index, a vector_offset one per index of the first dim")
+                     "a scalar_offset is one index (a 1x1 tile or a register), a vector_offset a (P, 1) tile: one "
+                     "index per partition, for each index of the pattern's first dim")
+OFFSETS_BUFFER = Documented("indirect-offsets-buffer", ("offsets",), "nki.isa.dma_copy", "the offsets are in SBUF")
+TABLE_BUFFER = Documented("indirect-table-buffer", ("table",), "nki.isa.dma_copy",
+                          "with vector_offset, the tensor .ap() is called on is in HBM")
 INDIRECT_BUFFER = Documented("dma-buffer", ("table", "dst", "src"), "nki.isa.dma_copy", DMA_BUFFER.what)
 INDIRECT_RMW = Documented("dma-rmw-op", ("table", "dst"), "nki.isa.dma_copy",
                           "dst_rmw_op is nl.add (np.add), read-modify-writing the destination")
 INDIRECT_SIZE = Documented("dma-size", ("dst", "src"), "nki.isa.dma_copy", DMA_SIZE.what)
 
 
-@documents(INDIRECT_BUFFER, INDIRECT_RMW, RMW_OOB, INDIRECT_SIZE, OFFSETS, DMA_PARTITIONS)
+@documents(INDIRECT_BUFFER, INDIRECT_RMW, RMW_OOB, INDIRECT_SIZE, OFFSETS, OFFSETS_BUFFER, TABLE_BUFFER,
+           DMA_PARTITIONS)
 def _rules(ins, program, target):
     plain_role, plain = _plain(ins)
     for role, ap in (("table", ins.src.get("table") or ins.dst.get("table")), (plain_role, plain)):
@@ -118,10 +123,17 @@ def _rules(ins, program, target):
     if n != plain.size:
         raise INDIRECT_SIZE.fail(f"the indirect access pattern has {n} elements, the {plain_role} {plain.size}; "
                                  "a DMA moves equal element counts", ins, program, plain_role, plain)
-    want = 1 if ins.attrs["mode"] == "scalar" else int(ins.attrs["pattern"][0][1])
-    if ins.src["offsets"].size < want:
-        raise OFFSETS.fail(f"{ins.attrs['mode']}_offset needs {want} value(s), the tile holds "
-                           f"{ins.src['offsets'].size}", ins, program, "offsets")
+    offsets, vector = ins.src["offsets"], ins.attrs["mode"] == "vector"
+    if program.tensor_of(offsets).buffer != "sbuf":
+        raise OFFSETS_BUFFER.fail(f"{ins.attrs['mode']}_offset must be an SBUF tile", ins, program, "offsets")
+    if vector and program.tensor_of(ins.src.get("table") or ins.dst["table"]).on_chip:
+        raise TABLE_BUFFER.fail("vector_offset indexes a tensor in HBM; this one is on chip", ins, program,
+                                "table")
+    want = int(ins.attrs["pattern"][0][1]) if vector else 1
+    if (offsets.size != want if not vector else partitions(offsets) < want or offsets.size != partitions(offsets)):
+        raise OFFSETS.fail(f"{ins.attrs['mode']}_offset must be a ({want}, 1) tile"
+                           f"{', one index per partition' if vector else ''}; it has shape {tuple(offsets.shape)}",
+                           ins, program, "offsets")
     dma_partitions(ins, program, target, roles=(plain_role,))
 
 
