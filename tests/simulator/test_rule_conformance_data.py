@@ -363,18 +363,18 @@ def _nz_want(rows=(0,)):
     return want
 
 
-def _nonzero(src_view, dst_parts=None, dst_free=None):
+def _nonzero(src_view, dst_parts=None, dst_free=None, dst_dtype=nl.int32):
     """nonzero_with_count of ``src_view(tile)`` of a [64, 6] tile into a [dst_parts, 7] int32 tile."""
     def run(bad, new, lines):
         def k(x):
             t = x_sb(x)
             src = src_view(t) if bad else t[0:32]
             d = nl.ndarray((dst_parts if bad and dst_parts else 32, dst_free if bad and dst_free else 7),
-                           dtype=nl.int32, buffer=nl.sbuf)
+                           dtype=dst_dtype if bad else nl.int32, buffer=nl.sbuf)
             nisa.memset(dst=d, value=-1)
             lines.append(_line())
             nisa.nonzero_with_count(dst=d, src=src)
-            out = nl.ndarray((2, d.shape[1]), dtype=nl.int32, buffer=nl.shared_hbm)
+            out = nl.ndarray((2, d.shape[1]), dtype=d.dtype, buffer=nl.shared_hbm)
             nisa.dma_copy(dst=out, src=d[0:32:16])
             return out
         return _run(k, NZ), _nz_want((0, 16))
@@ -614,6 +614,22 @@ def _collective(opcode, op=None, wrong_size=False):
     return run
 
 
+def _barrier(cores=(0, 1), on_chip=False):
+    """core_barrier of two cores on the shared HBM tensor both write half of; ``cores``/``on_chip`` break it."""
+    def run(bad, new, lines):
+        def k(x):
+            c = nl.program_id(0)
+            shared_t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=shared_t[c * 4:(c + 1) * 4], src=x[c * 4:(c + 1) * 4])
+            data = x_sb(x) if bad and on_chip else shared_t
+            lines.append(_line())
+            nisa.core_barrier(data, cores if bad else (0, 1))
+            return shared_t
+        x = X[:8, :4]
+        return nki.jit(k)[2](x), x
+    return run
+
+
 def _sendrecv(bad, new, lines):
     def k(x):
         c = nl.program_id(0)
@@ -716,14 +732,17 @@ CASES: dict[tuple[str, str], Case] = {
     ("reduce_scatter", "collective-op"): Case(_collective("reduce_scatter", op=nl.subtract), None),
     ("all_to_all", "collective-size"): Case(_collective("all_to_all", wrong_size=True), "dst"),
     ("sendrecv", "collective-size"): Case(_sendrecv, "dst"),
+    ("core_barrier", "core-barrier-cores"): Case(_barrier(cores=(0,)), "data"),
+    ("core_barrier", "core-barrier-data"): Case(_barrier(on_chip=True), "data"),
+    ("nonzero_with_count", "dtype"): Case(_nonzero(lambda t: t[0:32], dst_dtype=nl.float32), "dst"),
 }
 
 # Constraints of these rows the author cannot break through the API, with the reason.
 BY_CONSTRUCTION = {
+    # register_load/register_store's 'reg' is cased through their other operand (the same rule): a register
+    # comes from register_alloc, one int32 in its own SBUF tile.
     ("register_move", "register-operand"): "'reg' and 'src' are registers from register_alloc: one int32 each",
     ("register_move", "register-buffer"): "registers live in no buffer an author chooses",
-    ("register_load", "register-operand", "reg"): "'reg' is a register from register_alloc",
-    ("register_store", "register-operand", "reg"): "'reg' is a register from register_alloc",
     ("dma_copy_indirect", "partition-dim-limit"): "the plain side is the same operand rule as dma_copy's "
                                                   "(cased there); an index tile cannot reach more partitions",
     ("dma_transpose", "partition-dim-limit"): "the same rule as dma_copy's (cased there): a DMA rule",
@@ -753,7 +772,7 @@ COVERAGE: dict[str, tuple[str, ...]] = {
                      "num-valid-indices", "shape-mismatch"),
     "sequence_bounds": ("partition-dim", "dtype", "shape-mismatch"),
     "nonzero_with_count": ("target-support", "partition-step", "start-partition", "partition-mismatch",
-                           "shape-mismatch"),
+                           "shape-mismatch", "dtype"),
     "topk": ("target-support", "dtype", "topk-partitions", "partition-mismatch", "topk-n", "topk-k",
              "topk-indices", "topk-src-size"),
     "nc_matmul_mx": ("target-support", "mx-buffer", "mx-dtype", "matmul-contraction", "mx-partitions",
@@ -766,7 +785,7 @@ COVERAGE: dict[str, tuple[str, ...]] = {
     # nki.isa.register_move page: an immediate or another register; both come from the API, nothing to break.
     "register_move": (),
     "register_store": ("register-operand", "register-buffer"),
-    "core_barrier": ("target-support",),
+    "core_barrier": ("target-support", "core-barrier-cores", "core-barrier-data"),
     "sendrecv": ("collective-size",),
     "rng": ("dtype", "rng-engine"),
     "rand2": ("target-support", "scalar-operand-shape", "rand2-range"),

@@ -232,10 +232,24 @@ for opcode, fn, rules, factor in (
     register(opcode, engines={"dma"}, execute=fn, cost=_ring_cost(factor), rules=rules, categories={DMA})
 
 _gen3_plus = target_gate("gen3", role=None)   # core_barrier: its page (NeuronCore-v3 and newer)
+BARRIER_DATA = Documented("core-barrier-data", ("data",), "nki.isa.core_barrier",
+                          "data is the shared HBM tensor the cores synchronise on")
+BARRIER_CORES = Documented("core-barrier-cores", ("data",), "nki.isa.core_barrier",
+                           "cores is (0, 1): two NeuronCores sharing an HBM stack (LNC=2)")
+
+
+@documents(BARRIER_DATA, BARRIER_CORES)
+def _barrier_rules(ins, program, target):
+    if ins.attrs["n"] != 2:
+        raise BARRIER_CORES.fail(f"a barrier of {ins.attrs['n']} cores; only cores=(0, 1) is supported", ins,
+                                 program, "p0_data")
+    for role, ap in ins.src.items():
+        if program.tensor_of(ap).on_chip:
+            raise BARRIER_DATA.fail("data must be a tensor in shared HBM, not an on-chip tile", ins, program, role)
 
 
 register("core_barrier", engines={"tensor", "vector", "scalar", "gpsimd", "dma"}, execute=_barrier,
-         cost=_barrier_cost, rules=(_gen3_plus,))
+         cost=_barrier_cost, rules=(_gen3_plus, _barrier_rules))
 register("sendrecv", engines={"dma", "gpsimd"}, execute=_permute, cost=_ring_cost(lambda n: 1),
          rules=(_pair_size_rule,),
          categories={DMA})

@@ -175,9 +175,10 @@ NZ_START = Documented("start-partition", ("src", "dst"), _NZ, "operands start on
 NZ_CORES = Documented("partition-mismatch", ("dst",), _NZ, "src and dst span the same GpSimd cores")
 NZ_SHAPE = Documented("shape-mismatch", ("dst",), _NZ,
                       "dst holds one element more per partition than src (the indices and the count)")
+NZ_DTYPE = Documented("dtype", ("src", "dst"), _NZ, "src is float32 or int32, dst int32")
 
 
-@documents(NZ_STEP, NZ_START, NZ_CORES, NZ_SHAPE)
+@documents(NZ_STEP, NZ_START, NZ_CORES, NZ_SHAPE, NZ_DTYPE)
 def _nonzero_rules(ins, program, target):
     """src and dst on the first partition of GpSimd cores (partitions 0, 16, 32, ...); dst holds one element
     more per partition than src (the count). (The page's "in SBUF" is the shared engine-buffer rule: GpSimd
@@ -192,6 +193,9 @@ def _nonzero_rules(ins, program, target):
             raise NZ_START.fail(f"{role} starts on the first partition of a GpSimd core", ins, program, role)
     if partitions(s) != partitions(d):
         raise NZ_CORES.fail("src and dst span the same GpSimd cores", ins, program, "dst")
+    for role, ap, allowed in (("src", s, ("float32", "int32")), ("dst", d, ("int32",))):
+        if program.tensor_of(ap).dtype not in allowed:
+            raise NZ_DTYPE.fail(f"{role} must be {' or '.join(allowed)}", ins, program, role)
     if _free(d) != _free(s) + 1:
         raise NZ_SHAPE.fail(f"dst holds {_free(s) + 1} elements per partition (the {_free(s)} indices and the "
                             "count)", ins, program, "dst")
