@@ -630,14 +630,20 @@ def _barrier(cores=(0, 1), on_chip=False):
     return run
 
 
-def _sendrecv(bad, new, lines):
+def _sendrecv(dst_shape=(4, 8), dtype=nl.float32, buffer=nl.sbuf):
+    """Two cores swap [4, 8] float32 SBUF tiles; the receiving tile's shape/dtype/buffer break it when ``bad``."""
+    return lambda bad, new, lines: _swap(bad, lines, dst_shape, dtype, buffer)
+
+
+def _swap(bad, lines, dst_shape, dtype, buffer):
     def k(x):
         c = nl.program_id(0)
         t = x_sb(x[c])
-        got = _sb((4, 7 if bad else 8))
+        got = nl.ndarray(dst_shape if bad else (4, 8), dtype=dtype if bad else nl.float32,
+                         buffer=buffer if bad else nl.sbuf)
         lines.append(_line())
         nisa.sendrecv(src=t, dst=got, send_to_rank=1 - c, recv_from_rank=1 - c, pipe_id=0)
-        out = nl.ndarray((2,) + tuple(got.shape), dtype=nl.float32, buffer=nl.shared_hbm)
+        out = nl.ndarray((2,) + tuple(got.shape), dtype=got.dtype, buffer=nl.shared_hbm)
         nisa.dma_copy(dst=out[c], src=got)
         return out
     x = np.arange(2 * 4 * 8, dtype=np.float32).reshape(2, 4, 8)
@@ -703,7 +709,7 @@ CASES: dict[tuple[str, str], Case] = {
     ("nc_matmul_mx", "matmul-stationary-size"): Case(_matmul_mx(m=15, dst=(15, 24)), "stationary",
                                                      target="trn3"),
     ("nc_matmul_mx", "matmul-buffer"): Case(_matmul_mx(dst_buffer=nl.sbuf), "dst", target="trn3"),
-    ("nc_matmul_mx", "matmul-moving-size"): Case(_matmul_mx(n=600, dst=(16, 600)), "moving", target="trn3"),
+    ("nc_matmul_mx", "matmul-moving-size"): Case(_matmul_mx(n=4100, dst=(16, 4100)), "moving", target="trn3"),
     ("nc_matmul_mx", "matmul-output-shape"): Case(_matmul_mx(dst=(16, 23)), "dst", target="trn3"),
     ("nc_matmul_mx", "mx-scale-layout"): Case(_matmul_mx(scale_bad=True), "moving_scale", target="trn3"),
     ("register_load", "register-operand"): Case(_register(), "src"),
@@ -731,7 +737,9 @@ CASES: dict[tuple[str, str], Case] = {
     ("reduce_scatter", "collective-size"): Case(_collective("reduce_scatter", wrong_size=True), "dst"),
     ("reduce_scatter", "collective-op"): Case(_collective("reduce_scatter", op=nl.subtract), None),
     ("all_to_all", "collective-size"): Case(_collective("all_to_all", wrong_size=True), "dst"),
-    ("sendrecv", "collective-size"): Case(_sendrecv, "dst"),
+    ("sendrecv", "shape-mismatch"): Case(_sendrecv(dst_shape=(2, 16)), "dst"),
+    ("sendrecv", "dtype-mismatch"): Case(_sendrecv(dtype=nl.bfloat16), "dst"),
+    ("sendrecv", "sendrecv-buffer"): Case(_sendrecv(buffer=nl.shared_hbm), "dst"),
     ("core_barrier", "core-barrier-cores"): Case(_barrier(cores=(0,)), "data"),
     ("core_barrier", "core-barrier-data"): Case(_barrier(on_chip=True), "data"),
     ("nonzero_with_count", "dtype"): Case(_nonzero(lambda t: t[0:32], dst_dtype=nl.float32), "dst"),
@@ -786,7 +794,7 @@ COVERAGE: dict[str, tuple[str, ...]] = {
     "register_move": (),
     "register_store": ("register-operand", "register-buffer"),
     "core_barrier": ("target-support", "core-barrier-cores", "core-barrier-data"),
-    "sendrecv": ("collective-size",),
+    "sendrecv": ("target-support", "shape-mismatch", "dtype-mismatch", "sendrecv-buffer"),
     "rng": ("dtype", "rng-engine"),
     "rand2": ("target-support", "scalar-operand-shape", "rand2-range"),
     "rand_set_state": ("target-support", "rng-state-dtype", "rng-state", "rng-engine", "rng-state-buffer"),
@@ -1006,11 +1014,23 @@ def _gate_core_barrier(target, lines):
     return nki.jit(k, platform_target=target)[2](X[:8, :4])
 
 
+def _gate_sendrecv(target, lines):
+    def k(x):
+        c = nl.program_id(0)
+        t, got = x_sb(x[c]), _sb((4, 8))
+        lines.append(_line())
+        nisa.sendrecv(src=t, dst=got, send_to_rank=1 - c, recv_from_rank=1 - c, pipe_id=0)
+        out = nl.ndarray((2, 4, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[c], src=got)
+        return out
+    return nki.jit(k, platform_target=target)[2](np.zeros((2, 4, 8), np.float32))
+
+
 GATED = {
     "exponential": _gate_exponential, "activate2": _gate_activate2, "range_select": _gate_range_select,
     "topk": _gate_topk, "nonzero_with_count": _gate_nonzero, "quantize_mx": _gate_quantize,
     "nc_matmul_mx": _gate_matmul_mx, "rand2": _gate_rand2, "rand_get_state": _gate_state("get"),
-    "rand_set_state": _gate_state("set"), "core_barrier": _gate_core_barrier,
+    "rand_set_state": _gate_state("set"), "core_barrier": _gate_core_barrier, "sendrecv": _gate_sendrecv,
 }
 TARGETS = {"gen2": "trn1", "gen3": "trn2", "gen4": "trn3"}
 

@@ -70,8 +70,8 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
     """dst[M, N] (PSUM, float32 or bfloat16) = stationary[K, M].T @ moving[K, N] for 4-packed MX data
     (float8_e5m2_x4, float8_e4m3fn_x4 or float4_e2m1fn_x4, SBUF), contracting over K partitions and the 4
     packed elements, each block of 8 partitions x 1 packed element scaled by its E8M0 scale. K a multiple
-    of 32 up to 128; M even, up to 128; N up to 512 (1024 with a bfloat16 dst). ``accumulate`` as for
-    nc_matmul. Tensor Engine, NeuronCore-v4."""
+    of 32 up to 128; M even, up to 128; N up to 4096 (8192 with a bfloat16 dst: the 8 PSUM banks).
+    ``accumulate`` as for nc_matmul. Tensor Engine, NeuronCore-v4."""
     b = tracing.require("nisa.nc_matmul_mx")
     for t, role in ((dst, "dst"), (stationary, "stationary"), (moving, "moving"),
                     (stationary_scale, "stationary_scale"), (moving_scale, "moving_scale")):

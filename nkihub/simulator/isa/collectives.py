@@ -12,7 +12,7 @@ import numpy as np
 
 from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa.base import DMA, f32, register, store
-from nkihub.simulator.rules import Documented, documents, target_gate
+from nkihub.simulator.rules import Documented, documents, partitions, target_gate
 
 REDUCE_OPS = {"add": np.add, "maximum": np.maximum, "minimum": np.minimum}
 
@@ -174,19 +174,30 @@ def _move(d, s) -> None:
         store(d, f32(s).reshape(d.shape))
 
 
-PAIR_SIZE = Documented("collective-size", ("dst",), "nki.isa.sendrecv",
-                       "the buffer a participant receives into holds as many elements as the sender's src")
+_SR = "nki.isa.sendrecv"
+SR_BUFFER = Documented("sendrecv-buffer", ("src", "dst"), _SR, "src and dst are both in SBUF")
+SR_DTYPE = Documented("dtype-mismatch", ("dst",), _SR, "src and dst have the same dtype")
+SR_SHAPE = Documented("shape-mismatch", ("dst",), _SR, "src and dst have the same partition dimension size and "
+                      "the same number of elements per partition")
 
 
-@documents(PAIR_SIZE)
-def _pair_size_rule(ins, program, target):
-    """For each (source, target) pair, the target's dst0 holds the source's src0 element count (sendrecv moves
-    the data unchanged; a mismatch was numpy's reshape error)."""
+@documents(SR_BUFFER, SR_DTYPE, SR_SHAPE)
+def _sendrecv_rules(ins, program, target):
+    """SBUF operands; for each (source, target) pair the target's dst0 has the source's src0 dtype, partitions
+    and elements per partition (sendrecv moves the data unchanged; a size mismatch was numpy's reshape error)."""
+    for role, ap in (*ins.src.items(), *ins.dst.items()):
+        if program.tensor_of(ap).buffer != "sbuf":
+            raise SR_BUFFER.fail(f"{role.split('_', 1)[1]} must be in SBUF", ins, program, role)
     for s, t in ins.attrs["pairs"]:
-        d, n = _size(ins, t, "dst0"), _size(ins, s, "src0")
-        if d != n:
-            raise PAIR_SIZE.fail(f"participant {t} receives {n} elements from participant {s} into a dst0 of {d}",
-                                 ins, program, f"p{t}_dst0")
+        src, dst = ins.src[f"p{s}_src0"], ins.dst[f"p{t}_dst0"]
+        if program.tensor_of(src).dtype != program.tensor_of(dst).dtype:
+            raise SR_DTYPE.fail(f"participant {t} receives {program.tensor_of(src).dtype} from participant {s} into "
+                                f"a {program.tensor_of(dst).dtype} dst", ins, program, f"p{t}_dst0")
+        if partitions(src) != partitions(dst) or src.size != dst.size:
+            raise SR_SHAPE.fail(f"participant {t} receives {partitions(src)} partitions of "
+                                f"{src.size // max(1, partitions(src))} elements from participant {s} into a dst of "
+                                f"{partitions(dst)} of {dst.size // max(1, partitions(dst))}", ins, program,
+                                f"p{t}_dst0")
 
 
 def _permute(ins, src, dst, ctx):
@@ -250,6 +261,7 @@ def _barrier_rules(ins, program, target):
 
 register("core_barrier", engines={"tensor", "vector", "scalar", "gpsimd", "dma"}, execute=_barrier,
          cost=_barrier_cost, rules=(_gen3_plus, _barrier_rules))
+_gen3_sendrecv = target_gate("gen3", role=None)   # the sendrecv page: NeuronCore-v3 and newer
 register("sendrecv", engines={"dma", "gpsimd"}, execute=_permute, cost=_ring_cost(lambda n: 1),
-         rules=(_pair_size_rule,),
+         rules=(_gen3_sendrecv, _sendrecv_rules),
          categories={DMA})

@@ -56,7 +56,9 @@ MM_STATIONARY = Documented("matmul-stationary-size", ("stationary",), "nki.isa.n
                            "the stationary free size is even and at most 128")
 MM_BUFFER = Documented("matmul-buffer", ("dst",), "nki.isa.nc_matmul_mx", "dst is a float32 or bfloat16 PSUM tile")
 MM_MOVING = Documented("matmul-moving-size", ("moving",), "nki.isa.nc_matmul_mx",
-                       "the moving free size is at most 512 (1024 with a bfloat16 dst)")
+                       "the moving free size is at most 4096 with a float32 dst, 8192 with a bfloat16 one (the "
+                       "8 PSUM banks)")
+MOVING_MAX = {"float32": 4096, "bfloat16": 8192}
 MM_OUTPUT = Documented("matmul-output-shape", ("dst",), "nki.isa.nc_matmul_mx",
                        "dst is [stationary free size, moving free size]")
 
@@ -148,7 +150,7 @@ def _matmul_mx_rules(ins, program, target):
     dspec = program.tensor_of(dst)
     if dspec.buffer != "psum" or dspec.dtype not in ("float32", "bfloat16"):
         raise MM_BUFFER.fail("the output must be a float32 or bfloat16 PSUM tile", ins, program, "dst")
-    n_max = target.moving_fmax * (2 if dspec.dtype == "bfloat16" else 1)
+    n_max = MOVING_MAX[dspec.dtype]
     if n > n_max:
         raise MM_MOVING.fail(f"the moving free size is {n}; at most {n_max} with a {dspec.dtype} output",
                              ins, program, "moving")
