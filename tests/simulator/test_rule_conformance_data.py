@@ -1141,3 +1141,32 @@ def test_hardware_dge_transpose_needs_neuroncore_v3():
     with pytest.raises(KernelRuleError, match=r"NeuronCore-v3 or newer, not trn1 .*transpose-hwdge"):
         _run(k, x, target="trn1")
     np.testing.assert_array_equal(_run(k, x, target="trn2"), x.T)
+
+
+def test_dma_compute_without_sources_is_a_rule_error():
+    def k(x):
+        d = _sb((16, 8))
+        lines.append(_line())
+        nisa.dma_compute(dst=d, srcs=[], reduce_op=nl.add)
+        return _out(d)
+    lines: list = []
+    with pytest.raises(KernelRuleError) as err:
+        _run(k, X)
+    assert err.value.rule == "dma-compute-sources" and err.value.loc.line == lines[-1]
+
+
+def test_local_gather_index_outside_src_buffer_is_a_rule_error_at_run_time():
+    # The page leaves an out-of-bounds index undefined; the simulator stops at the author's line.
+    def k(src):
+        s = x_sb(src)
+        i = _sb((16, 1), nl.uint16)
+        nisa.memset(dst=i, value=20)
+        d = _sb((16, 16))
+        lines.append(_line())
+        nisa.local_gather(d, s, i)
+        return _out(d)
+    lines: list = []
+    with pytest.raises(KernelRuleError) as err:
+        _run(k, LG_SRC)
+    assert err.value.rule == "local-gather-index" and err.value.operand == "index"
+    assert err.value.loc.line == lines[-1] and err.value.loc.file == __file__

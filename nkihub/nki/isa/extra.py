@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from nkihub.nki import tracing
 from nkihub.nki.isa import _cmd, _engine, _scalar_or_tile, _tile, emit, engine, oob_mode, reduce_cmd
 from nkihub.nki.ops import op_name
 from nkihub.nki.tensor import NkiTensor
+from nkihub.simulator.errors import KernelRuleError
 
 
 def _reduce(dsts: dict, attrs: dict, reduce_res, reduce_op, cmd) -> None:
@@ -308,7 +310,9 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
     trace (such a ``dst`` is refused)."""
     _tile(dst, "dst")
     if isinstance(srcs, NkiTensor) or not srcs:
-        raise ValueError("dma_compute: srcs is a non-empty list of tensors")
+        from nkihub.simulator.isa.dma_compute import SOURCES
+        raise KernelRuleError(SOURCES.rule, f"dma_compute: srcs is a list of 1 to 16 tensors (source: "
+                              f"{SOURCES.source})", operand="srcs", loc=tracing.caller_loc())
     if any(isinstance(t, NkiTensor) and t.indirect is not None for t in srcs):
         from nkihub.nki import indirect
         srcs = [indirect.staged(t, "nisa.dma_compute", _cmd(oob_mode))

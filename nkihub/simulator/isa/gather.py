@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from nkihub.simulator import cost_rules as cr
+from nkihub.simulator.errors import KernelRuleError
 from nkihub.simulator.isa.base import CROSS_PARTITION, ELEMENTWISE, f32, free_elems, register, store
 from nkihub.simulator.rules import (COMPUTE_RULES, Documented, documents, partition_step, partitions, start_partition_rule,
                                   target_gate)
@@ -43,8 +44,9 @@ def _local_gather(ins, src, dst, ctx):
     for c in range(0, p, CORE_PARTITIONS):
         idx = index[c:c + CORE_PARTITIONS].flatten(order="F")[:nv]
         if idx.size and (idx.min() < 0 or idx.max() + e > flat.shape[1]):
-            raise ValueError(f"local_gather: index {int(idx.max())} + {e} elements is out of bounds of the "
-                             f"{flat.shape[1]} elements per partition of src_buffer (undefined on hardware)")
+            raise KernelRuleError("local-gather-index", f"local_gather: index {int(idx.max())} + {e} elements is "
+                                  f"out of bounds of the {flat.shape[1]} elements per partition of src_buffer "
+                                  f"(undefined on hardware; source: {_LG})", operand="index", loc=ins.loc)
         cols = (idx[:, None] + np.arange(e)[None, :]).reshape(-1)
         res[c:c + CORE_PARTITIONS] = flat[c:c + CORE_PARTITIONS][:, cols]
     out[...] = res.reshape(out.shape)
