@@ -77,15 +77,20 @@ class Case(NamedTuple):
 
 
 # -- dma_copy -------------------------------------------------------------------------------------------------
+def _dma_copy(new, lines, **kw):
+    """dma_copy in the current (``new``) or the old dialect, recording the call's line."""
+    if new:
+        lines.append(_line())
+        nisa.dma_copy(**kw)
+    else:
+        lines.append(_line())
+        old_isa.dma_copy(**kw)
+
+
 def _dma_buffer(bad, new, lines):
     def k(x):
         d = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.psum if bad else nl.sbuf)
-        if new:
-            lines.append(_line())
-            nisa.dma_copy(dst=d, src=x)
-        else:
-            lines.append(_line())
-            old_isa.dma_copy(dst=d, src=x)
+        _dma_copy(new, lines, dst=d, src=x)
         t = _sb(x.shape)
         nisa.tensor_copy(dst=t, src=d)
         return _out(t)
@@ -95,14 +100,9 @@ def _dma_buffer(bad, new, lines):
 
 def _dma_rmw(bad, new, lines):
     def k(x):
-        t = _sb(x.shape)
-        nisa.dma_copy(dst=t, src=x)
-        if new:
-            lines.append(_line())
-            nisa.dma_copy(dst=t, src=x, dst_rmw_op=nl.multiply if bad else nl.add)
-        else:
-            lines.append(_line())
-            old_isa.dma_copy(dst=t, src=x, dst_rmw_op=np.multiply if bad else np.add)
+        t = x_sb(x)
+        ops = (nl.multiply, nl.add) if new else (np.multiply, np.add)
+        _dma_copy(new, lines, dst=t, src=x, dst_rmw_op=ops[0] if bad else ops[1])
         return _out(t)
     return _run(k, X), 2 * X
 
@@ -110,13 +110,7 @@ def _dma_rmw(bad, new, lines):
 def _dma_size(bad, new, lines):
     def k(x):
         t = _sb((P, F))
-        src = x[:, 0:F - 1] if bad else x
-        if new:
-            lines.append(_line())
-            nisa.dma_copy(dst=t, src=src)
-        else:
-            lines.append(_line())
-            old_isa.dma_copy(dst=t, src=src)
+        _dma_copy(new, lines, dst=t, src=x[:, 0:F - 1] if bad else x)
         return _out(t)
     return _run(k, X), X
 
@@ -124,12 +118,7 @@ def _dma_size(bad, new, lines):
 def _dma_partitions(bad, new, lines):
     def k(x):
         t = _sb((2 * P if bad else P, 4))
-        if new:
-            lines.append(_line())
-            nisa.dma_copy(dst=t, src=x)
-        else:
-            lines.append(_line())
-            old_isa.dma_copy(dst=t, src=x)
+        _dma_copy(new, lines, dst=t, src=x)
         out = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
         return out if bad else _out(t)
     x = np.arange((2 * P if bad else P) * 4, dtype=np.float32).reshape(-1, 4)
@@ -478,20 +467,24 @@ def _register(store=False, psum=False, alloc=False):
 
 
 # -- random state, dropout --------------------------------------------------------------------------------------------
+def _state_call(op, s, lines, **kw):
+    """rand_set_state from ``s`` (set to 1 first) or rand_get_state into it, recording the call's line."""
+    if op == "set":
+        nisa.memset(dst=s, value=1)
+        lines.append(_line())
+        nisa.rand_set_state(src_seeds=s, **kw)
+    else:
+        lines.append(_line())
+        nisa.rand_get_state(dst=s, **kw)
+
+
 def _state(op, dtype=nl.uint32, words=6):
     def run(bad, new, lines):
         def k(x):
             s = _sb((1, words if bad else 6), dtype if bad else nl.uint32)
-            if op == "set":
-                nisa.rand_get_state(dst=_sb((1, 6), nl.uint32))
-                nisa.memset(dst=s, value=1)
-                lines.append(_line())
-                nisa.rand_set_state(src_seeds=s)
-            else:
-                lines.append(_line())
-                nisa.rand_get_state(dst=s)
+            _state_call(op, s, lines)
             r = _sb((1, 4))
-            nisa.rand2(dst=r, min=0.0, max=1.0) if False else nisa.memset(dst=r, value=0.0)
+            nisa.memset(dst=r, value=0.0)
             return _out(r)
         return _run(k, X), np.zeros((1, 4), np.float32)
     return run
@@ -530,13 +523,7 @@ def _state_engine(op, psum=False):
     def run(bad, new, lines):
         def k(x):
             s = nl.ndarray((1, 24), dtype=nl.uint32, buffer=nl.psum if bad and psum else nl.sbuf)
-            if op == "set":
-                nisa.memset(dst=s, value=1)
-                lines.append(_line())
-                nisa.rand_set_state(src_seeds=s, engine=nisa.engine.vector)
-            else:
-                lines.append(_line())
-                nisa.rand_get_state(dst=s, engine=nisa.engine.vector)
+            _state_call(op, s, lines, engine=nisa.engine.vector)
             ok = _sb((1, 4))
             nisa.memset(dst=ok, value=0.0)
             return _out(ok)
@@ -991,13 +978,7 @@ def _gate_state(op):
     def case(target, lines):
         def k(x):
             s = _sb((1, 6), nl.uint32)
-            if op == "set":
-                nisa.memset(dst=s, value=3)
-                lines.append(_line())
-                nisa.rand_set_state(src_seeds=s)
-            else:
-                lines.append(_line())
-                nisa.rand_get_state(dst=s)
+            _state_call(op, s, lines)
             return _out(s)
         return _run(k, X, target=target)
     return case
