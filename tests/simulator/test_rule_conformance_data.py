@@ -245,7 +245,7 @@ def x_sb(x):
     return t
 
 
-# -- dma_compute ----------------------------------------------------------------------------------------------------
+# -- dma_compute ---------------------------------------------------------------------------------------------------
 def _dma_compute(sources=2, psum=False, size=False, op=nl.add, scales=None):
     def run(bad, new, lines):
         def k(a, b):
@@ -265,7 +265,7 @@ def _dma_compute(sources=2, psum=False, size=False, op=nl.add, scales=None):
     return run
 
 
-# -- local_gather -----------------------------------------------------------------------------------------------------
+# -- local_gather --------------------------------------------------------------------------------------------------
 LG_SRC = np.arange(16 * 8, dtype=np.float32).reshape(16, 8)
 LG_IDX = (np.arange(16, dtype=np.uint16) % 7).reshape(16, 1)
 
@@ -304,7 +304,7 @@ def _local_gather(parts=16, index_dtype=nl.uint16, dst_dtype=nl.float32, e=1, va
     return run
 
 
-# -- sequence_bounds --------------------------------------------------------------------------------------------------
+# -- sequence_bounds -----------------------------------------------------------------------------------------------
 SEG = np.array([[1, 1, 2, 2, 2, 0, 3, 3]], np.float32)
 
 
@@ -340,7 +340,7 @@ def _sequence_bounds_dst_dtype(bad, new, lines):
     return _run(k, SEG), sequence_bounds_of(SEG.astype(np.float64)).astype(np.float32)
 
 
-# -- nonzero_with_count -----------------------------------------------------------------------------------------------
+# -- nonzero_with_count --------------------------------------------------------------------------------------------
 NZ = (np.arange(64 * 6).reshape(64, 6) % 3 == 0).astype(np.float32)
 
 
@@ -370,7 +370,7 @@ def _nonzero(src_view, dst_parts=None, dst_free=None, dst_dtype=nl.int32):
     return run
 
 
-# -- topk ------------------------------------------------------------------------------------------------------------
+# -- topk ----------------------------------------------------------------------------------------------------------
 TK = np.random.default_rng(1).permutation(16 * 4).reshape(16, 4).astype(np.float32).astype(BF16)
 
 
@@ -394,7 +394,7 @@ def _topk(src_dtype=nl.bfloat16, src_parts=16, val_parts=16, n=40, k=4, idx_k=No
     return run
 
 
-# -- quantize_mx / nc_matmul_mx (NeuronCore-v4) --------------------------------------------------------------------------
+# -- quantize_mx / nc_matmul_mx (NeuronCore-v4) --------------------------------------------------------------------
 def _scale(p, f, bad=False):
     return nl.ndarray(((p // 8 if p <= 32 else p) - (1 if bad else 0), f), dtype=nl.uint8, buffer=nl.sbuf)
 
@@ -441,7 +441,7 @@ def _matmul_mx(st_dtype=nl.float8_e4m3fn_x4, k_st=32, k_mv=32, m=16, n=24, dst=(
     return run
 
 
-# -- registers ----------------------------------------------------------------------------------------------------------
+# -- registers -----------------------------------------------------------------------------------------------------
 def _register(store=False, psum=False, alloc=False):
     def run(bad, new, lines):
         def k(x):
@@ -466,7 +466,7 @@ def _register(store=False, psum=False, alloc=False):
     return run
 
 
-# -- random state, dropout --------------------------------------------------------------------------------------------
+# -- random state, dropout -----------------------------------------------------------------------------------------
 def _state_call(op, s, lines, **kw):
     """rand_set_state from ``s`` (set to 1 first) or rand_get_state into it, recording the call's line."""
     if op == "set":
@@ -565,7 +565,7 @@ def _rand2(tile=False):
     return run
 
 
-# -- collectives and sendrecv (launch grids of 2 or 4 programs) --------------------------------------------------------
+# -- collectives and sendrecv (launch grids of 2 or 4 programs) ----------------------------------------------------
 def _collective(opcode, op=None, wrong_size=False):
     """One collective over the 2 programs of a launch, [4, 8] sources."""
     def run(bad, new, lines):
@@ -596,7 +596,8 @@ def _collective(opcode, op=None, wrong_size=False):
         x = np.arange(2 * 4 * 8, dtype=np.float32).reshape(2, 4, 8)
         want = {"all_reduce": np.stack([x.sum(0)] * 2), "all_gather": np.stack([x.reshape(8, 8)] * 2),
                 "reduce_scatter": x.sum(0).reshape(2, 2, 8),
-                "all_to_all": np.stack([np.concatenate([x[0, 2 * i:2 * i + 2], x[1, 2 * i:2 * i + 2]]) for i in (0, 1)])}
+                "all_to_all": np.stack([np.concatenate([x[0, 2 * i:2 * i + 2], x[1, 2 * i:2 * i + 2]])
+                                        for i in (0, 1)])}
         return _run(k, x, grid=2), want[opcode]
     return run
 
@@ -1042,7 +1043,7 @@ def test_every_gated_row_has_gate_cases():
     assert gated == set(GATED)
 
 
-# -- no raw numpy or Python error from a kernel mistake ---------------------------------------------------------------
+# -- no raw numpy or Python error from a kernel mistake ------------------------------------------------------------
 DTYPES = [nl.float32, nl.bfloat16, nl.int32, nl.uint16, nl.uint32, nl.uint8]
 SHAPES = st.tuples(st.sampled_from([1, 2, 16, 24, 32, 128, 130]), st.sampled_from([1, 3, 4, 8, 16, 600]))
 

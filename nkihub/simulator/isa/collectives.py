@@ -234,7 +234,8 @@ _SAME = _size_rule(lambda n: 1, "dst and src hold the same number of elements")
 for opcode, fn, rules, factor in (
         ("all_reduce", _all_reduce, (_SAME, _op_rule), lambda n: 2 * (n - 1) / n),
         ("all_gather", _all_gather, (_size_rule(lambda n: n, "dst holds n x src's elements"),), lambda n: (n - 1) / n),
-        ("reduce_scatter", _reduce_scatter, (_size_rule(lambda n: 1 / n, "dst holds src's elements / n"), _op_rule), lambda n: n - 1),
+        ("reduce_scatter", _reduce_scatter, (_size_rule(lambda n: 1 / n, "dst holds src's elements / n"), _op_rule),
+         lambda n: n - 1),
         ("all_to_all", _all_to_all, (_SAME,), lambda n: (n - 1) / n),
         ("all_gather_v", _all_gather_v, (), lambda n: (n - 1) / n),
         ("all_to_all_v", _all_to_all_v, (), lambda n: (n - 1) / n),

@@ -12,8 +12,8 @@ import numpy as np
 from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.errors import KernelRuleError
 from nkihub.simulator.isa.base import CROSS_PARTITION, ELEMENTWISE, f32, free_elems, register, store
-from nkihub.simulator.rules import (COMPUTE_RULES, Documented, documents, partition_step, partitions, start_partition_rule,
-                                  target_gate)
+from nkihub.simulator.rules import (COMPUTE_RULES, Documented, documents, partition_step, partitions,
+                                  start_partition_rule, target_gate)
 
 CORE_PARTITIONS = 16                     # each of the 8 GpSimd cores serves 16 contiguous partitions
 GATHER_ELEMS_PER_IDX = (1, 2, 4, 8, 16, 32)
