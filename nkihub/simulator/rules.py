@@ -209,9 +209,9 @@ COMPUTE_RULES = (partition_limit, partition_step, start_partition_rule, free_siz
 class Documented:
     """One operand constraint an AWS API page states, as a row-specific rule checks it: the rule name its
     refusal carries, the operands it names (``roles``; a participant's ``p{i}_dst0`` counts as ``dst``), the
-    page (``source``, e.g. ``"nki.isa.dma_copy"``, may hold ``{opcode}``; None: the page of the instruction refused,
-    ``nki.isa.{opcode}``)
-    and the constraint in a sentence (``what``). ``fail`` builds the refusal, naming the page."""
+    page (``source``, e.g. ``"nki.isa.dma_copy"``; it may hold ``{opcode}``; None: the page of the instruction
+    refused, ``nki.isa.{opcode}``) and the constraint in a sentence (``what``). ``fail`` builds the refusal,
+    naming the page."""
 
     __slots__ = ("rule", "roles", "source", "what")
 

@@ -66,6 +66,7 @@ COLLECTIVE_OP = Documented("collective-op", (), "nki.collectives.{opcode}", "op 
 
 @documents(COLLECTIVE_OP)
 def _op_rule(ins, program, target):
+    """The reduction is add, maximum or minimum."""
     if ins.attrs.get("op", "add") not in REDUCE_OPS:
         raise COLLECTIVE_OP.fail(f"the reduction must be one of {', '.join(REDUCE_OPS)}", ins, program)
 
@@ -252,6 +253,7 @@ BARRIER_CORES = Documented("core-barrier-cores", ("data",), "nki.isa.core_barrie
 
 @documents(BARRIER_DATA, BARRIER_CORES)
 def _barrier_rules(ins, program, target):
+    """Two cores (cores=(0, 1)) synchronising on an HBM tensor."""
     if ins.attrs["n"] != 2:
         raise BARRIER_CORES.fail(f"a barrier of {ins.attrs['n']} cores; only cores=(0, 1) is supported", ins,
                                  program, "p0_data")

@@ -38,6 +38,7 @@ def dma_partitions(ins, program, target, roles=("dst", "src")) -> None:
 
 @documents(DMA_BUFFER, DMA_RMW, DMA_SIZE, DMA_PARTITIONS)
 def _dma_rules(ins, program, target):
+    """HBM/SBUF operands of equal element counts, dst_rmw_op add, at most 128 partitions on chip."""
     d, s = ins.dst["dst"], ins.src["src"]
     dma_buffers(ins, program)
     rmw = ins.attrs.get("dst_rmw_op")

@@ -108,6 +108,7 @@ INDIRECT_SIZE = Documented("dma-size", ("dst", "src"), "nki.isa.dma_copy", DMA_S
 @documents(INDIRECT_BUFFER, INDIRECT_RMW, RMW_OOB, INDIRECT_SIZE, OFFSETS, OFFSETS_BUFFER, TABLE_BUFFER,
            DMA_PARTITIONS)
 def _rules(ins, program, target):
+    """The indirect copy's buffers, read-modify-write, element counts and offsets (the dma_copy page)."""
     plain_role, plain = _plain(ins)
     for role, ap in (("table", ins.src.get("table") or ins.dst.get("table")), (plain_role, plain)):
         if program.tensor_of(ap).buffer == "psum":

@@ -87,6 +87,7 @@ def _scale_rules(ins, program, name: str, data_partitions: int, cols: int, whole
 
 @documents(MX_BUFFER, MX_DTYPE, MX_PARTITIONS, MX_FREE, MX_SHAPE, MX_SCALE_LAYOUT)
 def _quantize_rules(ins, program, target):
+    """SBUF data and scales of the page's dtypes; [P, F] with P a multiple of 32, F of 4; dst [P, F/4]."""
     src, dst = ins.src["src"], ins.dst["dst"]
     _data_rules(ins, program, "src", QUANTIZE_SRC_DTYPES, "the quantize_mx input")
     _data_rules(ins, program, "dst", QUANTIZE_DST_DTYPES, "the quantize_mx output (4-packed FP8)")
@@ -133,6 +134,7 @@ register("quantize_mx", engines={"vector"}, execute=_quantize, cost=_quantize_co
 @documents(MX_BUFFER, MX_DTYPE, MM_CONTRACTION, MX_PARTITIONS, MM_STATIONARY, MM_BUFFER, MM_MOVING, MM_OUTPUT,
            MX_SCALE_LAYOUT)
 def _matmul_mx_rules(ins, program, target):
+    """Packed SBUF data of the same K (a multiple of 32), M even <= 128, N within PSUM, a PSUM dst [M, N]."""
     st, mv, dst = ins.src["stationary"], ins.src["moving"], ins.dst["dst"]
     for role in ("stationary", "moving"):
         _data_rules(ins, program, role, frozenset(PACKED), f"the {role} matrix (4-packed MX data)")

@@ -154,6 +154,7 @@ def _transpose_dge(ins, program, target) -> None:
 
 @documents(DMA_BUFFER, DMA_SIZE, DMA_PARTITIONS, TRANSPOSE_AXES, TRANSPOSE_SHAPE, TRANSPOSE_DGE, TRANSPOSE_HWDGE)
 def _dma_transpose_rules(ins, program, target):
+    """Supported axes, the DMA rules, the DGE modes, and dst's permuted shape."""
     s, d = ins.src["src"], ins.dst["dst"]
     axes = ins.attrs.get("axes") or default_transpose_axes(len(s.shape))
     if len(s.shape) not in (2, 3, 4) or list(axes) != default_transpose_axes(len(s.shape)):

@@ -70,6 +70,7 @@ SEED_DTYPE = Documented("rng-seed-dtype", ("src_seeds",), "nki.isa.set_rng_seed"
 
 @documents(SEED_SHAPE, SEED_DTYPE)
 def _seed_rule(ins, program, target):
+    """A seed tile is one 32-bit value."""
     ap = ins.src.get("src_seeds")
     if ap is None:
         return
@@ -103,6 +104,7 @@ PROB_SHAPE = Documented("scalar-operand-shape", ("prob",), "nki.isa.dropout",
 
 @documents(PROB, PROB_SHAPE)
 def _prob_rule(ins, program, target):
+    """A numeric prob in [0, 1]; a prob tile one column of data's partitions."""
     if "prob" not in ins.src and not 0.0 <= ins.attrs.get("prob", 0.0) <= 1.0:
         raise PROB.fail(f"prob {ins.attrs.get('prob')} is not in [0, 1]", ins, program, "data")
     _columns(ins, program, PROB_SHAPE, "data", "prob")
@@ -143,6 +145,7 @@ BOUNDS_ORDER = Documented("rand2-range", ("dst",), "nki.isa.rand2", "min < max f
 
 @documents(BOUNDS_SHAPE, BOUNDS_ORDER)
 def _rand2_rules(ins, program, target):
+    """min/max tiles are [P, 1] columns of dst; immediate bounds have min < max."""
     _columns(ins, program, BOUNDS_SHAPE, "dst", "min", "max")
     lo, hi = ins.attrs.get("min"), ins.attrs.get("max")
     if lo is not None and hi is not None and not lo < hi:
@@ -167,6 +170,7 @@ STATE_BUFFER = Documented("rng-state-buffer", ("dst", "src_seeds"), None,
 
 @documents(STATE_DTYPE, STATE_SIZE, STATE_BUFFER, STATE_ENGINE)
 def _state_rule(ins, program, target):
+    """The engine's version, the buffer, dtype and words of the generator-state tile."""
     role = "dst" if ins.dst else "src_seeds"
     ap = ins.dst.get("dst") or ins.src["src_seeds"]
     _engine_rule(ins, program, target, STATE_ENGINE, role, gpsimd_from="gen3", vector_from="gen4")
