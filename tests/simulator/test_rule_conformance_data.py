@@ -1055,7 +1055,15 @@ def _fuzz(which, a_shape, b_shape, a_dtype, b_dtype):
         b = _sb(b_shape, b_dtype)
         nisa.memset(dst=a, value=1)
         nisa.memset(dst=b, value=0)
-        if which == "dma_copy":
+        if which == "old_dma_copy":
+            old_isa.dma_copy(dst=b, src=a)
+        elif which == "old_dma_transpose":
+            old_isa.dma_transpose(a)
+        elif which == "old_local_gather":
+            old_isa.local_gather(a, _sb((a_shape[0], b_shape[1]), nl.uint16), num_elem_per_idx=b_shape[0])
+        elif which == "old_sequence_bounds":
+            old_isa.sequence_bounds(segment_ids=a, dtype=b_dtype)
+        elif which == "dma_copy":
             nisa.dma_copy(dst=b, src=a)
         elif which == "dma_transpose":
             nisa.dma_transpose(dst=b, src=a)
@@ -1099,10 +1107,13 @@ def _fuzz(which, a_shape, b_shape, a_dtype, b_dtype):
     return _run(k, X, target="trn3")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(which=st.sampled_from(["dma_copy", "dma_transpose", "dma_compute", "local_gather", "sequence_bounds",
-                              "nonzero_with_count", "topk", "quantize_mx", "register", "rand_get_state",
-                              "rand2", "dropout", "rng", "set_rng_seed", "indirect", "sendrecv"]),
+FUZZED = ["dma_copy", "dma_transpose", "dma_compute", "local_gather", "sequence_bounds", "nonzero_with_count", "topk",
+          "quantize_mx", "register", "rand_get_state", "rand2", "dropout", "rng", "set_rng_seed", "indirect",
+          "sendrecv", "old_dma_copy", "old_dma_transpose", "old_local_gather", "old_sequence_bounds"]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(which=st.sampled_from(FUZZED),
        a_shape=SHAPES, b_shape=SHAPES, a_dtype=st.sampled_from(DTYPES), b_dtype=st.sampled_from(DTYPES))
 def test_kernel_mistakes_surface_as_rule_errors(which, a_shape, b_shape, a_dtype, b_dtype):
     try:
