@@ -418,7 +418,7 @@ def _quantize(src_dtype=nl.bfloat16, parts=32, free=16, dst_shape=None, dst_dtyp
 
 
 def _matmul_mx(st_dtype=nl.float8_e4m3fn_x4, k_st=32, k_mv=32, m=16, n=24, dst=(16, 24), dst_buffer=nl.psum,
-               st_psum=False, scale_bad=False):
+               st_psum=False, scale_bad=False, tile=None):
     def run(bad, new, lines):
         def kern(a):
             ks, km, mm, nn = (k_st, k_mv, m, n) if bad else (32, 32, 16, 24)
@@ -432,8 +432,11 @@ def _matmul_mx(st_dtype=nl.float8_e4m3fn_x4, k_st=32, k_mv=32, m=16, n=24, dst=(
             nisa.memset(dst=ss, value=127)
             nisa.memset(dst=ms, value=127)
             acc = nl.ndarray(dst if bad else (16, 24), dtype=nl.float32, buffer=dst_buffer if bad else nl.psum)
+            # kept: the stationary's 32 rows in the second 32-row tile of the array
+            pos, size = tile if bad and tile else ((32, 0), (32, 128))
             lines.append(_line())
-            nisa.nc_matmul_mx(dst=acc, stationary=st, moving=mv, stationary_scale=ss, moving_scale=ms)
+            nisa.nc_matmul_mx(dst=acc, stationary=st, moving=mv, stationary_scale=ss, moving_scale=ms,
+                              tile_position=pos, tile_size=size)
             o = _sb(acc.shape)
             nisa.tensor_copy(dst=o, src=acc)
             return _out(o)
@@ -700,6 +703,8 @@ CASES: dict[tuple[str, str], Case] = {
     ("nc_matmul_mx", "matmul-moving-size"): Case(_matmul_mx(n=4100, dst=(16, 4100)), "moving", target="trn3"),
     ("nc_matmul_mx", "matmul-output-shape"): Case(_matmul_mx(dst=(16, 23)), "dst", target="trn3"),
     ("nc_matmul_mx", "mx-scale-layout"): Case(_matmul_mx(scale_bad=True), "moving_scale", target="trn3"),
+    ("nc_matmul_mx", "matmul-tile-position"): Case(_matmul_mx(tile=((16, 0), (32, 128))), "stationary",
+                                                   target="trn3"),
     ("register_load", "register-operand"): Case(_register(), "src"),
     ("register_load", "register-buffer"): Case(_register(psum=True), "src"),
     ("register_store", "register-operand"): Case(_register(store=True), "dst"),
@@ -773,7 +778,7 @@ COVERAGE: dict[str, tuple[str, ...]] = {
              "topk-indices", "topk-src-size"),
     "nc_matmul_mx": ("target-support", "mx-buffer", "mx-dtype", "matmul-contraction", "mx-partitions",
                      "matmul-stationary-size", "matmul-buffer", "matmul-moving-size", "matmul-output-shape",
-                     "mx-scale-layout"),
+                     "mx-scale-layout", "matmul-tile-position"),
     "quantize_mx": ("target-support", "mx-buffer", "mx-dtype", "mx-partitions", "mx-free-size", "mx-shape",
                     "mx-scale-layout"),
     "register_alloc": ("register-operand",),

@@ -59,6 +59,29 @@ MM_MOVING = Documented("matmul-moving-size", ("moving",), "nki.isa.nc_matmul_mx"
                        "the moving free size is at most 4096 with a float32 dst, 8192 with a bfloat16 one (the "
                        "8 PSUM banks)")
 MOVING_MAX = {"float32": 4096, "bfloat16": 8192}
+MM_TILING = Documented("matmul-tile-position", ("stationary",), "nki.isa.nc_matmul_mx",
+                       "row tiling: tile_position and tile_size both set or neither; tile_size (row_size, 128) with "
+                       "row_size 128, 64 or 32; tile_position (start_row, 0), start_row a multiple of row_size "
+                       "inside the 128 rows; the stationary tile fits the tile")
+ROW_SIZES = (128, 64, 32)
+
+
+def _tiling(ins, program, k: int, m: int) -> None:
+    """nc_matmul_mx's row tiling mode (attrs ``tile_position``, ``tile_size``), for a [k, m] stationary."""
+    pos, size = list(ins.attrs.get("tile_position") or ()), list(ins.attrs.get("tile_size") or ())
+    if not pos and not size:
+        return
+    why = None
+    if not pos or not size:
+        why = "tile_position and tile_size must both be set (or neither: the whole 128 x 128 array)"
+    elif len(size) != 2 or size[0] not in ROW_SIZES or size[1] != 128:
+        why = f"tile_size {tuple(size)}: (row_size, 128) with row_size one of {ROW_SIZES}"
+    elif len(pos) != 2 or pos[1] != 0 or pos[0] % size[0] or not 0 <= pos[0] < 128:
+        why = f"tile_position {tuple(pos)}: (start_row, 0) with start_row a multiple of {size[0]} below 128"
+    elif k > size[0] or m > size[1]:
+        why = f"the stationary [{k}, {m}] does not fit the {tuple(size)} tile"
+    if why:
+        raise MM_TILING.fail(why, ins, program, "stationary")
 MM_OUTPUT = Documented("matmul-output-shape", ("dst",), "nki.isa.nc_matmul_mx",
                        "dst is [stationary free size, moving free size]")
 
@@ -132,7 +155,7 @@ register("quantize_mx", engines={"vector"}, execute=_quantize, cost=_quantize_co
 
 
 @documents(MX_BUFFER, MX_DTYPE, MM_CONTRACTION, MX_PARTITIONS, MM_STATIONARY, MM_BUFFER, MM_MOVING, MM_OUTPUT,
-           MX_SCALE_LAYOUT)
+           MX_SCALE_LAYOUT, MM_TILING)
 def _matmul_mx_rules(ins, program, target):
     """Packed SBUF data of the same K (a multiple of 32), M even <= 128, N within PSUM, a PSUM dst [M, N]."""
     st, mv, dst = ins.src["stationary"], ins.src["moving"], ins.dst["dst"]
@@ -160,6 +183,7 @@ def _matmul_mx_rules(ins, program, target):
         raise MM_OUTPUT.fail(f"the output must be [{m}, {n}] (stationary free x moving free)", ins, program, "dst")
     _scale_rules(ins, program, "stationary_scale", k, m)
     _scale_rules(ins, program, "moving_scale", k, n)
+    _tiling(ins, program, k, m)
 
 
 def _scaled(bits: np.ndarray, dtype: str, scales: np.ndarray) -> np.ndarray:
