@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from nkihub.nki import tracing
 from nkihub.simulator.errors import KernelRuleError
+from nkihub.simulator.isa.dma_indirect import OFFSETS
 from nkihub.simulator.program import AccessPattern
 
 
@@ -47,10 +48,13 @@ def _offsets_tile(value, what: str):
 def make(view, base, scalar_offset, vector_offset, indirect_dim):
     """Turn the static ``view`` (the pattern over ``base``) into an indirect one."""
     if scalar_offset is not None and vector_offset is not None:
-        raise ValueError("ap(): pass scalar_offset or vector_offset, not both")
+        raise KernelRuleError("indirect-offsets", "ap(): pass scalar_offset or vector_offset, not both (they are "
+                              f"mutually exclusive; source: {OFFSETS.source})", operand="offsets",
+                              loc=tracing.caller_loc())
     d = 0 if indirect_dim is None else int(indirect_dim)
     if not 0 <= d < base.ndim:
-        raise ValueError(f"ap(indirect_dim={indirect_dim}): the tensor has {base.ndim} dims {base.shape}")
+        raise KernelRuleError("indirect-dim", f"ap(indirect_dim={indirect_dim}): the tensor has {base.ndim} dims "
+                              f"{base.shape}", operand="table", loc=tracing.caller_loc())
     stride = base.dims[d][0]
     if scalar_offset is not None and isinstance(scalar_offset, int):
         return type(view)(view.spec, view.offset + scalar_offset * stride, view.dims)   # known now: static
@@ -58,8 +62,9 @@ def make(view, base, scalar_offset, vector_offset, indirect_dim):
     offsets = _offsets_tile(scalar_offset if mode == "scalar" else vector_offset, f"{mode}_offset")
     if mode == "vector" and offsets.shape[0] < view.shape[0]:
         raise KernelRuleError("indirect-offsets", f"vector_offset has {offsets.shape[0]} indices for a first "
-                              f"pattern dim of {view.shape[0]}", operand=offsets.name, shape=offsets.shape,
-                              dtype=offsets.spec.dtype, buffer=offsets.buffer, loc=tracing.caller_loc())
+                              f"pattern dim of {view.shape[0]} (source: {OFFSETS.source})", operand="offsets",
+                              shape=offsets.shape, dtype=offsets.spec.dtype, buffer=offsets.buffer,
+                              loc=tracing.caller_loc(), tensor=offsets.spec.label)
     view.indirect = Indirect(mode, offsets, stride)
     return view
 

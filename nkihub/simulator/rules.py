@@ -216,21 +216,36 @@ COMPUTE_RULES = (partition_limit, partition_step, start_partition_rule, free_siz
 # -- documented constraints (issue 30) -------------------------------------------------------------------
 @dataclass(frozen=True)
 class Documented:
-    """One operand constraint an AWS page states, as a row rule checks it: the ``rule`` name the error
-    carries, the operand ``roles`` it is raised for (``"*"``: any operand), the ``source`` page (None: the
-    row's own ``nki.isa.<opcode>`` page) and ``what`` it says."""
+    """One operand constraint an AWS API page states, as a row rule checks it: the ``rule`` name its refusal
+    carries, the operand ``roles`` it is raised for (``"*"``: any operand; a participant's ``p{i}_dst0``
+    counts as ``dst``), the ``source`` page (e.g. ``"nki.isa.dma_copy"``; it may hold ``{opcode}``; None: the
+    row's own ``nki.isa.<opcode>`` page) and ``what`` it says, in a sentence."""
 
     rule: str
     roles: tuple
     source: str | None
     what: str
 
+    def page(self, opcode: str) -> str:
+        """The AWS page stating the constraint for instruction ``opcode``."""
+        return (self.source or "nki.isa.{opcode}").format(opcode=opcode)
 
-def documents(fn, *entries: Documented):
-    """Mark rule function ``fn`` as the check of the documented constraints ``entries``; returns ``fn``.
-    Rules made by ``column_operand`` and ``same_shape_as`` carry their own (see ``documented``)."""
-    fn.documents = tuple(entries)
-    return fn
+    def fail(self, message: str, ins: Instruction, program: Program, role: str | None = None,
+             ap: AccessPattern | None = None) -> KernelRuleError:
+        """The refusal of ``ins`` for operand ``role``: ``message`` and the page."""
+        return fail(self.rule, f"{message} (source: {self.page(ins.opcode)})", ins, program, role, ap)
+
+
+def documents(*entries: Documented):
+    """Decorator of a row rule ``(ins, program, target)``: the documented constraints (``Documented``) it
+    checks, kept as ``rule.documents`` so the conformance tests (tests/simulator/test_rule_conformance.py,
+    test_rule_conformance_data.py) give each a breaking and a keeping kernel. ``documents(*entries)(fn)``
+    marks a function defined elsewhere. Rules made by ``column_operand`` and ``same_shape_as`` carry their
+    own (see ``documented``)."""
+    def wrap(fn):
+        fn.documents = tuple(entries)
+        return fn
+    return wrap
 
 
 def documented(fn) -> tuple:
@@ -242,25 +257,20 @@ def documented(fn) -> tuple:
     return ()
 
 
-def page(entry: Documented, opcode: str) -> str:
-    """The AWS page a constraint of row ``opcode`` is read from."""
-    return entry.source or f"nki.isa.{opcode}"
-
-
 def cited_same_partitions(*roles):
     """``same_partitions`` as a documented constraint of the row's page ("the same partition axis size" of
     every nki.isa compute page): raised as ``partition-mismatch`` for each role after the first."""
     rule = same_partitions(*roles)
-    return documents(rule, Documented("partition-mismatch", roles[1:], None,
-                                      f"{', '.join(roles[1:])} span {roles[0]}'s partitions (or one)"))
+    return documents(Documented("partition-mismatch", roles[1:], None,
+                                      f"{', '.join(roles[1:])} span {roles[0]}'s partitions (or one)"))(rule)
 
 
 def cited_same_free_size(dst_role: str, src_role: str):
     """``same_free_size`` as a documented constraint of the row's page: ``src_role`` holds ``dst_role``'s
     elements per partition (or one, broadcast), raised as ``shape-mismatch``."""
     rule = same_free_size(dst_role, src_role)
-    return documents(rule, Documented("shape-mismatch", (src_role,), None,
-                                      f"{src_role} holds {dst_role}'s elements per partition"))
+    return documents(Documented("shape-mismatch", (src_role,), None,
+                                      f"{src_role} holds {dst_role}'s elements per partition"))(rule)
 
 
 def operand_dtype(source: str, **allowed):
@@ -274,26 +284,26 @@ def operand_dtype(source: str, **allowed):
                            f"(source: {source})", ins, program, role, ap)
     rule.__name__ = "operand_dtype"
     rule.allowed = dict(allowed)
-    return documents(rule, Documented("operand-dtype", tuple(allowed), source,
-                                      "; ".join(f"{r}: {', '.join(sorted(d))}" for r, d in allowed.items())))
+    return documents(Documented("operand-dtype", tuple(allowed), source,
+                                      "; ".join(f"{r}: {', '.join(sorted(d))}" for r, d in allowed.items())))(rule)
 
 
 _ANY = ("*",)
 _ARCH = "nki.language (NKI programming model: tiles, memory hierarchy)"
-documents(partition_limit, Documented("partition-dim-limit", _ANY, _ARCH,
-                                      "the partition dim (dim 0) of an on-chip tile is at most 128"))
-documents(partition_step, Documented("partition-step", _ANY, _ARCH,
-                                     "the partition dim walks consecutive partitions"))
-documents(start_partition_rule, Documented("start-partition", _ANY, "nki.isa.nc_stream_shuffle",
-                                           "over 64 partitions start at 0; 33-64 at 0 or 64; else a quadrant"))
-documents(free_size_limit, Documented("free-size-limit", _ANY, _ARCH,
+documents(Documented("partition-dim-limit", _ANY, _ARCH,
+                                      "the partition dim (dim 0) of an on-chip tile is at most 128"))(partition_limit)
+documents(Documented("partition-step", _ANY, _ARCH,
+                                     "the partition dim walks consecutive partitions"))(partition_step)
+documents(Documented("start-partition", _ANY, "nki.isa.nc_stream_shuffle",
+                                           "over 64 partitions start at 0; 33-64 at 0 or 64; else a quadrant"))(start_partition_rule)
+documents(Documented("free-size-limit", _ANY, _ARCH,
                                       "at most 64K elements per partition in SBUF, 4K in PSUM"),
-          Documented("access-pattern-dims", _ANY, _ARCH, "at most 4 free dims in an access pattern"))
-documents(on_chip_operands, Documented("engine-buffer", _ANY, _ARCH,
-                                       "compute engines read and write SBUF/PSUM, not HBM"))
-documents(engine_buffers, Documented("engine-buffer", _ANY, "nki.isa.affine_select",
+          Documented("access-pattern-dims", _ANY, _ARCH, "at most 4 free dims in an access pattern"))(free_size_limit)
+documents(Documented("engine-buffer", _ANY, _ARCH,
+                                       "compute engines read and write SBUF/PSUM, not HBM"))(on_chip_operands)
+documents(Documented("engine-buffer", _ANY, "nki.isa.affine_select",
                                      "GpSimd does not access PSUM; a two-input Vector op reads at most one "
-                                     "input from PSUM"))
+                                     "input from PSUM"))(engine_buffers)
 
 
 def exact_partitions(*roles):
@@ -303,8 +313,8 @@ def exact_partitions(*roles):
     def rule(ins, program, target):
         check_partitions(ins, program, roles, broadcast=False)
     rule.__name__ = "exact_partitions"
-    return documents(rule, Documented("partition-mismatch", roles[1:], None,
-                                      f"{', '.join(roles[1:])} span exactly {roles[0]}'s partitions"))
+    return documents(Documented("partition-mismatch", roles[1:], None,
+                                      f"{', '.join(roles[1:])} span exactly {roles[0]}'s partitions"))(rule)
 
 
 def same_dtype(ref_role: str, role: str):
@@ -318,4 +328,26 @@ def same_dtype(ref_role: str, role: str):
             raise fail("dtype-mismatch", f"'{role}' is {db} but '{ref_role}' is {da}; they must be equal",
                        ins, program, role, b)
     rule.__name__ = "same_dtype"
-    return documents(rule, Documented("dtype-mismatch", (role,), None, f"{role} has {ref_role}'s dtype"))
+    return documents(Documented("dtype-mismatch", (role,), None, f"{role} has {ref_role}'s dtype"))(rule)
+
+
+NC_NAMES = {"gen2": "NeuronCore-v2 (trn1)", "gen3": "NeuronCore-v3 (trn2)", "gen4": "NeuronCore-v4 (trn3)"}
+NC_ORDER = ("gen2", "gen3", "gen4")
+
+
+def target_gate(first: str, role: str | None = "dst"):
+    """Rule factory: the instruction exists on NeuronCore version ``first`` (``"gen3"``, ``"gen4"``) and newer;
+    on an older target it is refused as ``target-support``, naming operand ``role``. The instruction's page
+    states the versions (``gate.first`` holds ``first`` for the conformance test's per-target cases)."""
+    constraint = Documented("target-support", (role,) if role else (), None,
+                            f"available on {NC_NAMES[first]} and newer")
+
+    @documents(constraint)
+    def gate(ins, program, target):
+        if NC_ORDER.index(target.nc_version) < NC_ORDER.index(first):
+            raise constraint.fail(f"{ins.opcode} is available on {NC_NAMES[first]} and newer, not on "
+                                  f"{target.name}", ins, program, role)
+    gate.__name__ = f"_{first}_gate"
+    gate.first = first
+    gate.__doc__ = f"Available on {NC_NAMES[first]} and newer."
+    return gate

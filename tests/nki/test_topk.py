@@ -61,9 +61,9 @@ def test_topk_reads_and_writes_16_partition_snakes(descending):
 
 def test_topk_rules_name_the_operand():
     x = np.zeros((24, 4), BF16)   # 24 partitions: not whole groups of 16
-    with pytest.raises(KernelRuleError, match="topk-shape"):
+    with pytest.raises(KernelRuleError, match="topk-partitions"):
         topk_kernel(x, 4, 40, False)
-    with pytest.raises(KernelRuleError, match="topk-shape"):   # k > n
+    with pytest.raises(KernelRuleError, match="topk-k"):   # k > n
         topk_kernel(np.zeros((16, 4), BF16), 12, 8, False)
     with pytest.raises(KernelRuleError, match="dtype"):
         topk_kernel(np.zeros((16, 4), np.float32), 4, 40, False)

@@ -90,7 +90,7 @@ def get_nc_version() -> nc_version:
 
 
 # -- helpers -------------------------------------------------------------------------------------------
-def refuse(rule: str, message: str, role: str | None = None, x=None) -> KernelRuleError:
+def _refuse(rule: str, message: str, role: str | None = None, x=None) -> KernelRuleError:
     """The error for a call the nisa page does not allow, at the author's line (operand ``role``, tile ``x``)."""
     spec = x.spec if isinstance(x, NkiTensor) else None
     return KernelRuleError(rule, message, operand=role, shape=getattr(x, "shape", None),

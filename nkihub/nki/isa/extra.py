@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from nkihub.nki.isa import _cmd, _engine, _scalar_or_tile, _tile, emit, engine, oob_mode, reduce_cmd, refuse
+from nkihub.nki import tracing
+from nkihub.nki.isa import _cmd, _engine, _scalar_or_tile, _tile, emit, engine, oob_mode, reduce_cmd, _refuse
 from nkihub.nki.ops import op_name
 from nkihub.nki.tensor import NkiTensor
+from nkihub.simulator.errors import KernelRuleError
 
 
 def _reduce(dsts: dict, attrs: dict, reduce_res, reduce_op, cmd) -> None:
@@ -65,7 +67,7 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
     """dst = data <op0> operand0, and reduce_res [P, 1] = reduce(reduce_op) of dst along the free axes.
     ``reduce_init``/``reduce_res_negate`` are not supported (ValueError when set)."""
     if reduce_init is not None or reduce_res_negate:
-        raise refuse("unsupported-argument", "tensor_scalar_reduce: reduce_init and reduce_res_negate are not "
+        raise _refuse("unsupported-argument", "tensor_scalar_reduce: reduce_init and reduce_res_negate are not "
                      "supported")
     _tile(dst, "dst"), _tile(data, "data")
     src, attrs, dsts = {"data": data}, {"op0": op_name(op0), "reverse0": bool(reverse0)}, {"dst": dst}
@@ -165,15 +167,24 @@ def nc_n_gather(dst, data, indices, name=None):
     return dst
 
 
+_DGE_MODES = ("unknown", "swdge", "hwdge", "none")   # nki.isa.dge_mode by its AWS enum value
+
+
 def dma_transpose(dst, src, axes=None, priority=None, dge_mode=None, oob_mode=None, name=None):
     """dst = src with its axes permuted (default reversed) through a DMA queue. A gathering ``src`` (an
     indirect view, e.g. rows picked by an index tile) is gathered into an HBM staging tensor first: the
     same values, one more DMA pass in the cost model than the hardware's fused descriptors."""
     _tile(dst, "dst"), _tile(src, "src")
+    attrs = {"axes": list(axes) if axes else None}
+    # AWS's enum values (0..3) are accepted as nki-library passes them (dge_mode=3 for none).
+    mode = _DGE_MODES[dge_mode] if isinstance(dge_mode, int) and dge_mode in range(4) else \
+        (None if dge_mode is None else _cmd(dge_mode))
+    if mode not in (None, "unknown"):   # checked by the row (the modes a transpose takes)
+        attrs.update(dge_mode=mode, indirect=src.indirect is not None)
     if src.indirect is not None:
         from nkihub.nki import indirect
         src = indirect.staged(src, "nisa.dma_transpose", "error" if oob_mode is None else _cmd(oob_mode))
-    emit("dma_transpose", "dma", {"dst": dst}, {"src": src}, {"axes": list(axes) if axes else None})
+    emit("dma_transpose", "dma", {"dst": dst}, {"src": src}, attrs)
     return dst
 
 
@@ -188,11 +199,9 @@ def dropout(dst, data, prob, name=None):
 
 
 def rng(dst, engine=engine.unknown, name=None):
-    """Fill an integer dst with random bits (Vector or GpSimd Engine)."""
+    """Fill an integer dst with random bits (Vector, or GpSimd on NeuronCore-v3+); the row refuses a float dst."""
     _tile(dst, "dst")
-    if np.dtype(dst.dtype).kind not in "iu":
-        raise ValueError(f"rng: dst must be an integer tile, got {dst.dtype}")
-    emit("rand", _engine(engine, "vector"), {"dst": dst}, {})
+    emit("rand", _engine(engine, "vector"), {"dst": dst}, {}, {"bits": True})
     return dst
 
 
@@ -202,7 +211,7 @@ def _accumulator(dsts: dict, srcs: dict, attrs: dict, reduce_res, cmd, fn: str) 
         return
     attrs["reduce_cmd"] = _cmd(cmd)
     if attrs["reduce_cmd"] == "idle":
-        raise refuse("reduce-cmd", f"{fn}: reduce_res needs a reduce_cmd other than idle (idle leaves the "
+        raise _refuse("reduce-cmd", f"{fn}: reduce_res needs a reduce_cmd other than idle (idle leaves the "
                      "accumulator unset); pass reduce_cmd=nisa.reduce_cmd.reset_reduce", "reduce_res", reduce_res)
     dsts["reduce_res"] = _tile(reduce_res, "reduce_res")
     if attrs["reduce_cmd"] == "reduce":
@@ -219,7 +228,7 @@ def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.
     _scalar_or_tile(max_value, "max_value", srcs, attrs)
     cmd = _cmd(reduce_cmd)
     if cmd != "load_reduce" and not (isinstance(reduce_init, (int, float)) and reduce_init == 0):
-        raise refuse("reduce-cmd", "exponential: reduce_init must be unset or 0.0 unless reduce_cmd is "
+        raise _refuse("reduce-cmd", "exponential: reduce_init must be unset or 0.0 unless reduce_cmd is "
                      "load_reduce", "reduce_init", reduce_init)
     if cmd == "load_reduce":
         _scalar_or_tile(reduce_init, "reduce_init", srcs, attrs)
@@ -303,7 +312,9 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
     trace (such a ``dst`` is refused)."""
     _tile(dst, "dst")
     if isinstance(srcs, NkiTensor) or not srcs:
-        raise ValueError("dma_compute: srcs is a non-empty list of tensors")
+        from nkihub.simulator.isa.dma_compute import SOURCES
+        raise KernelRuleError(SOURCES.rule, f"dma_compute: srcs is a list of 1 to 16 tensors (source: "
+                              f"{SOURCES.source})", operand="srcs", loc=tracing.caller_loc())
     if any(isinstance(t, NkiTensor) and t.indirect is not None for t in srcs):
         from nkihub.nki import indirect
         srcs = [indirect.staged(t, "nisa.dma_compute", _cmd(oob_mode))

@@ -11,6 +11,7 @@ from nkihub.nki.isa import _tile, emit
 from nkihub.nki.tensor import NkiTensor
 from nkihub.simulator import mx
 from nkihub.simulator.errors import KernelRuleError
+from nkihub.simulator.isa.mx import MX_PARTITIONS, MX_SCALE_LAYOUT
 
 
 def _free_flattened(t: NkiTensor) -> NkiTensor:
@@ -23,20 +24,23 @@ def _free_flattened(t: NkiTensor) -> NkiTensor:
     return NkiTensor(t.spec, t.offset, (t.dims[0], (step, t.size // max(1, t.shape[0]))))
 
 
-def _scale_operands(scale: NkiTensor, role: str, data_partitions: int, cols: int, whole: bool = False) -> dict:
+def _scale_operands(scale: NkiTensor, role: str, data_partitions: int, cols: int, whole: bool = False,
+                    opcode: str = "nc_matmul_mx") -> dict:
     """{role0: scale[0:r0, :cols], role1: scale[32:32+r1, :cols], ...} for data of ``data_partitions``;
     with ``whole`` (a written scale tile), each quadrant's operand spans all of the quadrant the tile has
     (up to 32 partitions): the partitions past the scales are written too (see quantize_mx)."""
     if data_partitions % mx.QUADRANT:
-        raise KernelRuleError("mx-partitions", f"MX data spans {data_partitions} partitions; a multiple of 32",
-                              operand=role, shape=scale.shape, loc=tracing.caller_loc())
+        raise KernelRuleError("mx-partitions", f"MX data spans {data_partitions} partitions; a multiple of 32 "
+                              f"(source: {MX_PARTITIONS.page(opcode)})", operand=role, shape=scale.shape,
+                              loc=tracing.caller_loc())
     flat = scale if scale.ndim == 2 else _free_flattened(scale)
     out = {}
     for q, (start, rows) in enumerate(mx.scale_rows(data_partitions)):
         if start + rows > flat.shape[0] or cols > flat.shape[1]:
             raise KernelRuleError("mx-scale-layout", f"{role} of shape {scale.shape} has no [{rows}, {cols}] "
                                   f"scales at partition {start} (quadrant {q}); scales of data spanning "
-                                  f"{data_partitions} partitions take 4 partitions at the start of each quadrant",
+                                  f"{data_partitions} partitions take 4 partitions at the start of each quadrant "
+                                  f"(source: {MX_SCALE_LAYOUT.page(opcode)})",
                                   operand=role, shape=scale.shape, dtype=scale.spec.dtype, buffer=scale.buffer,
                                   loc=tracing.caller_loc())
         end = min(start + mx.QUADRANT, flat.shape[0]) if whole else start + rows
@@ -55,7 +59,8 @@ def quantize_mx(dst, src, dst_scale, name=None):
     read the whole scale tile and expect zeros there, which is what is assumed here."""
     _tile(dst, "dst"), _tile(src, "src"), _tile(dst_scale, "dst_scale")
     cols = dst.size // max(1, dst.shape[0])
-    dsts = {"dst": dst, **_scale_operands(dst_scale, "dst_scale", src.shape[0], cols, whole=True)}
+    dsts = {"dst": dst, **_scale_operands(dst_scale, "dst_scale", src.shape[0], cols, whole=True,
+                                          opcode="quantize_mx")}
     emit("quantize_mx", "vector", dsts, {"src": src}, {"dst_dtype": dst.spec.dtype})
     return dst
 
@@ -65,8 +70,8 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
     """dst[M, N] (PSUM, float32 or bfloat16) = stationary[K, M].T @ moving[K, N] for 4-packed MX data
     (float8_e5m2_x4, float8_e4m3fn_x4 or float4_e2m1fn_x4, SBUF), contracting over K partitions and the 4
     packed elements, each block of 8 partitions x 1 packed element scaled by its E8M0 scale. K a multiple
-    of 32 up to 128; M even, up to 128; N up to 512 (1024 with a bfloat16 dst). ``accumulate`` as for
-    nc_matmul. Tensor Engine, NeuronCore-v4."""
+    of 32 up to 128; M even, up to 128; N up to 4096 (8192 with a bfloat16 dst: the 8 PSUM banks).
+    ``accumulate`` as for nc_matmul. Tensor Engine, NeuronCore-v4."""
     b = tracing.require("nisa.nc_matmul_mx")
     for t, role in ((dst, "dst"), (stationary, "stationary"), (moving, "moving"),
                     (stationary_scale, "stationary_scale"), (moving_scale, "moving_scale")):

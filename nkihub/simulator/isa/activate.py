@@ -16,7 +16,7 @@ from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import ELEMENTWISE, REDUCE, f32, fit, free_elems, register, store
 from nkihub.simulator.isa.elementwise import _act_rules, _apply, _engine_cost, operand
 from nkihub.simulator.rules import (COMPUTE_RULES, Documented, cited_same_free_size, cited_same_partitions,
-                                     column_operand, documents, exact_partitions, fail, operand_dtype)
+                                     column_operand, documents, exact_partitions, fail, operand_dtype, target_gate)
 
 BYPASS = "bypass"
 # activate2's tensor-scalar stage: the (op0, op1) pairs the docs list.
@@ -34,11 +34,7 @@ ACCUMULATOR_CMDS = {"exponential": ("reset_reduce", "reduce", "load_reduce"),
                     "activate2": ("reset_reduce", "reduce", "reset")}
 
 
-def _gen4_only(ins, program, target):
-    """Available on NeuronCore-v4 (trn3) and newer."""
-    if target.nc_version in ("gen2", "gen3"):
-        raise fail("target-support", f"{ins.opcode} is available on NeuronCore-v4 (trn3) and newer, not on "
-                   f"{target.name}", ins, program, "dst")
+_gen4_only = target_gate("gen4")   # exponential, activate2, quantize_mx, nc_matmul_mx, rand2: their pages
 
 
 def _reduce_cmd_rule(ins, program, target):
@@ -92,9 +88,8 @@ def _exp_cost(ins, program, target):
     return _engine_cost(ins, program, target, 1) + extra
 
 
-documents(_gen4_only, Documented("target-support", ("dst",), None, "NeuronCore-v4 (trn3) and newer"))
-documents(_reduce_cmd_rule, Documented("reduce-cmd", ("reduce_res",), None,
-                                       "a reduce_res takes an accumulator command the instruction supports"))
+documents(Documented("reduce-cmd", ("reduce_res",), None,
+                                       "a reduce_res takes an accumulator command the instruction supports"))(_reduce_cmd_rule)
 
 
 register("exponential", rows=True, engines={"vector"}, execute=_exponential, cost=_exp_cost,
@@ -156,10 +151,9 @@ def _activate2_cost(ins, program, target):
     return cr.seconds(cr.scalar_cycles(n, reduce="reduce_res" in ins.dst), target, "scalar")
 
 
-documents(_activate2_rules,
-          Documented("activate2-ops", ("data",), None, "(op0, op1) is a listed pair; reverse needs its op"),
+documents(Documented("activate2-ops", ("data",), None, "(op0, op1) is a listed pair; reverse needs its op"),
           Documented("activation-op", ("data",), None, "op is a known activation function"),
-          Documented("reduce-op", ("reduce_res",), None, "reduce_op is add, maximum, minimum, abs_max or abs_min"))
+          Documented("reduce-op", ("reduce_res",), None, "reduce_op is add, maximum, minimum, abs_max or abs_min"))(_activate2_rules)
 
 
 register("activate2", rows=True, engines={"scalar"}, execute=_activate2, cost=_activate2_cost,

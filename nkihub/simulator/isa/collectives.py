@@ -12,7 +12,7 @@ import numpy as np
 
 from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa.base import DMA, f32, register, store
-from nkihub.simulator.rules import fail
+from nkihub.simulator.rules import Documented, documents, partitions, target_gate
 
 REDUCE_OPS = {"add": np.add, "maximum": np.maximum, "minimum": np.minimum}
 
@@ -44,23 +44,31 @@ def _reduce(arrays: list, op: str) -> np.ndarray:
     return out
 
 
-def _size_rule(ratio):
-    """Rule: each destination holds ``ratio(n)`` times the elements of the matching source."""
+def _size_rule(ratio, what: str):
+    """Rule: each destination holds ``ratio(n)`` times the elements of the matching source (``what``: the
+    relation in words, as the collective's page states it)."""
+    size = Documented("collective-size", ("dst",), "nki.collectives.{opcode}", what)
+
+    @documents(size)
     def rule(ins, program, target):
         n = ins.attrs["n"]
         for j in _tensors(ins):
             for i in range(n):
                 s, d = _size(ins, i, f"src{j}"), _size(ins, i, f"dst{j}")
                 if d * 1.0 != s * ratio(n):
-                    raise fail("collective-size", f"participant {i}: dst{j} has {d} elements, src{j} {s}; "
-                               f"{ins.opcode} over {n} ranks needs dst = {ratio(n):g} x src", ins, program,
-                               f"p{i}_dst{j}")
+                    raise size.fail(f"participant {i}: dst{j} has {d} elements, src{j} {s}; {ins.opcode} over {n} "
+                                    f"ranks needs dst = {ratio(n):g} x src", ins, program, f"p{i}_dst{j}")
     return rule
 
 
+COLLECTIVE_OP = Documented("collective-op", (), "nki.collectives.{opcode}", "op is nl.add, nl.maximum or nl.minimum")
+
+
+@documents(COLLECTIVE_OP)
 def _op_rule(ins, program, target):
+    """The reduction is add, maximum or minimum."""
     if ins.attrs.get("op", "add") not in REDUCE_OPS:
-        raise fail("collective-op", f"the reduction must be one of {', '.join(REDUCE_OPS)}", ins, program)
+        raise COLLECTIVE_OP.fail(f"the reduction must be one of {', '.join(REDUCE_OPS)}", ins, program)
 
 
 def _bytes_in(ins, program) -> int:
@@ -167,6 +175,32 @@ def _move(d, s) -> None:
         store(d, f32(s).reshape(d.shape))
 
 
+_SR = "nki.isa.sendrecv"
+SR_BUFFER = Documented("sendrecv-buffer", ("src", "dst"), _SR, "src and dst are both in SBUF")
+SR_DTYPE = Documented("dtype-mismatch", ("dst",), _SR, "src and dst have the same dtype")
+SR_SHAPE = Documented("shape-mismatch", ("dst",), _SR, "src and dst have the same partition dimension size and "
+                      "the same number of elements per partition")
+
+
+@documents(SR_BUFFER, SR_DTYPE, SR_SHAPE)
+def _sendrecv_rules(ins, program, target):
+    """SBUF operands; for each (source, target) pair the target's dst0 has the source's src0 dtype, partitions
+    and elements per partition (sendrecv moves the data unchanged; a size mismatch was numpy's reshape error)."""
+    for role, ap in (*ins.src.items(), *ins.dst.items()):
+        if program.tensor_of(ap).buffer != "sbuf":
+            raise SR_BUFFER.fail(f"{role.split('_', 1)[1]} must be in SBUF", ins, program, role)
+    for s, t in ins.attrs["pairs"]:
+        src, dst = ins.src[f"p{s}_src0"], ins.dst[f"p{t}_dst0"]
+        if program.tensor_of(src).dtype != program.tensor_of(dst).dtype:
+            raise SR_DTYPE.fail(f"participant {t} receives {program.tensor_of(src).dtype} from participant {s} into "
+                                f"a {program.tensor_of(dst).dtype} dst", ins, program, f"p{t}_dst0")
+        if partitions(src) != partitions(dst) or src.size != dst.size:
+            raise SR_SHAPE.fail(f"participant {t} receives {partitions(src)} partitions of "
+                                f"{src.size // max(1, partitions(src))} elements from participant {s} into a dst of "
+                                f"{partitions(dst)} of {dst.size // max(1, partitions(dst))}", ins, program,
+                                f"p{t}_dst0")
+
+
 def _permute(ins, src, dst, ctx):
     """dst of each target = src of its source, for the (source, target) participant pairs in attrs."""
     for s, t in ins.attrs["pairs"]:
@@ -197,11 +231,12 @@ def _barrier_cost(ins, program, target):
     return cr.collective_s(0, 1, target)
 
 
-_SAME = _size_rule(lambda n: 1)
+_SAME = _size_rule(lambda n: 1, "dst and src hold the same number of elements")
 for opcode, fn, rules, factor in (
         ("all_reduce", _all_reduce, (_SAME, _op_rule), lambda n: 2 * (n - 1) / n),
-        ("all_gather", _all_gather, (_size_rule(lambda n: n),), lambda n: (n - 1) / n),
-        ("reduce_scatter", _reduce_scatter, (_size_rule(lambda n: 1 / n), _op_rule), lambda n: n - 1),
+        ("all_gather", _all_gather, (_size_rule(lambda n: n, "dst holds n x src's elements"),), lambda n: (n - 1) / n),
+        ("reduce_scatter", _reduce_scatter, (_size_rule(lambda n: 1 / n, "dst holds src's elements / n"), _op_rule),
+         lambda n: n - 1),
         ("all_to_all", _all_to_all, (_SAME,), lambda n: (n - 1) / n),
         ("all_gather_v", _all_gather_v, (), lambda n: (n - 1) / n),
         ("all_to_all_v", _all_to_all_v, (), lambda n: (n - 1) / n),
@@ -209,13 +244,27 @@ for opcode, fn, rules, factor in (
         ("collective_permute_implicit", _permute_ring, (), lambda n: 1)):
     register(opcode, engines={"dma"}, execute=fn, cost=_ring_cost(factor), rules=rules, categories={DMA})
 
-def _gen3_plus(ins, program, target):
-    if target.nc_version == "gen2":
-        raise fail("target-support", f"{ins.opcode} is available on NeuronCore-v3 (trn2) and newer, not on "
-                   f"{target.name}", ins, program)
+_gen3_plus = target_gate("gen3", role=None)   # core_barrier: its page (NeuronCore-v3 and newer)
+BARRIER_DATA = Documented("core-barrier-data", ("data",), "nki.isa.core_barrier",
+                          "data is the shared HBM tensor the cores synchronise on")
+BARRIER_CORES = Documented("core-barrier-cores", ("data",), "nki.isa.core_barrier",
+                           "cores is (0, 1): two NeuronCores sharing an HBM stack (LNC=2)")
+
+
+@documents(BARRIER_DATA, BARRIER_CORES)
+def _barrier_rules(ins, program, target):
+    """Two cores (cores=(0, 1)) synchronising on an HBM tensor."""
+    if ins.attrs["n"] != 2:
+        raise BARRIER_CORES.fail(f"a barrier of {ins.attrs['n']} cores; only cores=(0, 1) is supported", ins,
+                                 program, "p0_data")
+    for role, ap in ins.src.items():
+        if program.tensor_of(ap).on_chip:
+            raise BARRIER_DATA.fail("data must be a tensor in shared HBM, not an on-chip tile", ins, program, role)
 
 
 register("core_barrier", engines={"tensor", "vector", "scalar", "gpsimd", "dma"}, execute=_barrier,
-         cost=_barrier_cost, rules=(_gen3_plus,))
-register("sendrecv", engines={"dma", "gpsimd"}, execute=_permute, cost=_ring_cost(lambda n: 1), rules=(),
+         cost=_barrier_cost, rules=(_gen3_plus, _barrier_rules))
+_gen3_sendrecv = target_gate("gen3", role=None)   # the sendrecv page: NeuronCore-v3 and newer
+register("sendrecv", engines={"dma", "gpsimd"}, execute=_permute, cost=_ring_cost(lambda n: 1),
+         rules=(_gen3_sendrecv, _sendrecv_rules),
          categories={DMA})

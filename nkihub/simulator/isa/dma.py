@@ -7,27 +7,48 @@ from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.convert import F32, caster
 from nkihub.simulator.isa.base import DMA, f32, register, store
 from nkihub.simulator.isa.fast import fitted, reader, understands, view_as, writer
-from nkihub.simulator.rules import fail, partitions
+from nkihub.simulator.rules import Documented, documents, partitions
 
 
-def _dma_rules(ins, program, target):
-    d, s = ins.dst["dst"], ins.src["src"]
-    for role, ap in (("dst", d), ("src", s)):
+# The DMA pages' operand constraints (source None: the page of the instruction, dma_copy or dma_transpose).
+DMA_BUFFER = Documented("dma-buffer", ("dst", "src"), None, "src and dst are tiles in HBM or SBUF (not PSUM)")
+DMA_RMW = Documented("dma-rmw-op", ("dst",), "nki.isa.dma_copy", "dst_rmw_op is nl.add (np.add) or None")
+DMA_SIZE = Documented("dma-size", ("src",), None, "src and dst hold the same number of elements")
+DMA_PARTITIONS = Documented("partition-dim-limit", ("dst", "src"), "nki.language.tile_size",
+                            "an SBUF tile spans at most tile_size.pmax (128) partitions")
+
+
+def dma_buffers(ins, program, roles=("dst", "src")) -> None:
+    """Refuse a PSUM operand among ``roles`` (DMA reaches HBM and SBUF only)."""
+    for role in roles:
+        ap = ins.dst.get(role) or ins.src.get(role)
         if program.tensor_of(ap).buffer == "psum":
-            raise fail("dma-buffer", "DMA cannot access PSUM; copy PSUM to SBUF with nisa.tensor_copy first",
-                       ins, program, role)
+            raise DMA_BUFFER.fail("DMA cannot access PSUM; copy PSUM to SBUF with nisa.tensor_copy first",
+                                  ins, program, role, ap)
+
+
+def dma_partitions(ins, program, target, roles=("dst", "src")) -> None:
+    """Refuse an on-chip operand among ``roles`` spanning more than ``target.partitions`` partitions."""
+    for role in roles:
+        ap = ins.dst.get(role) or ins.src.get(role)
+        if program.tensor_of(ap).on_chip and partitions(ap) > target.partitions:
+            raise DMA_PARTITIONS.fail(f"the partition dim (dim 0) is {partitions(ap)}; at most "
+                                      f"{target.partitions} partitions", ins, program, role, ap)
+
+
+@documents(DMA_BUFFER, DMA_RMW, DMA_SIZE, DMA_PARTITIONS)
+def _dma_rules(ins, program, target):
+    """HBM/SBUF operands of equal element counts, dst_rmw_op add, at most 128 partitions on chip."""
+    d, s = ins.dst["dst"], ins.src["src"]
+    dma_buffers(ins, program)
     rmw = ins.attrs.get("dst_rmw_op")
     if rmw and rmw not in RMW_OPS:
-        raise fail("dma-rmw-op", f"dst_rmw_op {rmw!r}: a DMA read-modify-write only adds (np.add / nl.add)",
-                   ins, program, "dst")
+        raise DMA_RMW.fail(f"dst_rmw_op {rmw!r}: a DMA read-modify-write only adds (np.add / nl.add)",
+                           ins, program, "dst")
     if d.size != s.size:
-        raise fail("dma-size", f"src has {s.size} elements, dst {d.size} (shape {d.shape}); a DMA "
-                   "moves equal element counts", ins, program, "src")
-    for role, ap in (("dst", d), ("src", s)):
-        spec = program.tensor_of(ap)
-        if spec.on_chip and partitions(ap) > target.partitions:
-            raise fail("partition-dim-limit", f"the partition dim (dim 0) is {partitions(ap)}; at most "
-                       f"{target.partitions} partitions", ins, program, role)
+        raise DMA_SIZE.fail(f"src has {s.size} elements, dst {d.size} (shape {d.shape}); a DMA moves equal "
+                            "element counts", ins, program, "src")
+    dma_partitions(ins, program, target)
 
 
 RMW_OPS = ("add",)   # dst_rmw_op: the DMA page names nl.add (np.add) as the only read-modify-write op

@@ -9,8 +9,8 @@ import numpy as np
 
 from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa.base import DMA, f32, register, store
-from nkihub.simulator.isa.dma import contiguous_bytes
-from nkihub.simulator.rules import fail, partitions
+from nkihub.simulator.isa.dma import DMA_PARTITIONS, contiguous_bytes, dma_partitions
+from nkihub.simulator.rules import Documented, documents, partitions
 
 MAX_SOURCES = 16
 REDUCE_OPS = ("add",)        # the docs: only nl.add is supported for now
@@ -37,30 +37,37 @@ def _dma_compute(ins, src, dst, ctx):
     store(out, acc.reshape(out.shape))
 
 
+# The dma_compute page's constraints (sources are roles src0, src1, ...; the tests name them "src").
+SOURCES = Documented("dma-compute-sources", ("dst",), "nki.isa.dma_compute", "1 to 16 source tensors")
+BUFFER = Documented("dma-buffer", ("dst", "src"), "nki.isa.dma_compute", "every tensor is in HBM or SBUF")
+SIZE = Documented("dma-size", ("src",), "nki.isa.dma_compute", "every source has dst's element count")
+REDUCE = Documented("reduce-op", ("dst",), "nki.isa.dma_compute", "reduce_op is nl.add (the only one supported)")
+SCALES = Documented("dma-compute-scales", ("dst",), "nki.isa.dma_compute",
+                    "one scale per source, each 1.0 (the only value supported)")
+
+
+@documents(SOURCES, BUFFER, SIZE, REDUCE, SCALES, DMA_PARTITIONS)
 def _dma_compute_rules(ins, program, target):
     """1..16 sources with dst's element count, no PSUM, reduce_op add, every scale 1.0."""
     roles, d = source_roles(ins), ins.dst["dst"]
     if not 1 <= len(roles) <= MAX_SOURCES:
-        raise fail("dma-compute-sources", f"{len(roles)} sources; 1 to {MAX_SOURCES}", ins, program, "dst")
+        raise SOURCES.fail(f"{len(roles)} sources; 1 to {MAX_SOURCES}", ins, program, "dst")
     for role in ("dst", *roles):
         ap = ins.dst.get(role) or ins.src[role]
-        spec = program.tensor_of(ap)
-        if spec.buffer == "psum":
-            raise fail("dma-buffer", "DMA cannot access PSUM; copy PSUM to SBUF with nisa.tensor_copy first",
-                       ins, program, role)
+        if program.tensor_of(ap).buffer == "psum":
+            raise BUFFER.fail("DMA cannot access PSUM; copy PSUM to SBUF with nisa.tensor_copy first",
+                              ins, program, role)
         if ap.size != d.size:
-            raise fail("dma-size", f"{role} has {ap.size} elements, dst {d.size}; every tensor has the same "
-                       "element count", ins, program, role)
-        if spec.on_chip and partitions(ap) > target.partitions:
-            raise fail("partition-dim-limit", f"the partition dim (dim 0) is {partitions(ap)}; at most "
-                       f"{target.partitions} partitions", ins, program, role)
+            raise SIZE.fail(f"{role} has {ap.size} elements, dst {d.size}; every tensor has the same element "
+                            "count", ins, program, role)
+    dma_partitions(ins, program, target, roles=("dst", *roles))
     if ins.attrs.get("reduce_op", "add") not in REDUCE_OPS:
-        raise fail("reduce-op", f"reduce_op {ins.attrs.get('reduce_op')!r}; dma_compute supports only add",
-                   ins, program, "dst")
+        raise REDUCE.fail(f"reduce_op {ins.attrs.get('reduce_op')!r}; dma_compute supports only add",
+                          ins, program, "dst")
     scales = _scales(ins, len(roles))
     if len(scales) != len(roles) or any(s != 1.0 for s in scales):
-        raise fail("dma-compute-scales", f"scales {scales}: one scale per source, each 1.0 (the only value the "
-                   "DMA engines support)", ins, program, "dst")
+        raise SCALES.fail(f"scales {scales}: one scale per source, each 1.0 (the only value the DMA engines "
+                          "support)", ins, program, "dst")
 
 
 def _dma_compute_cost(ins, program, target):

@@ -27,9 +27,9 @@ import numpy as np
 
 from nkihub.simulator.errors import index_fault
 from nkihub.simulator.isa.base import DMA, INDIRECT, f32, register, store
-from nkihub.simulator.isa.dma import contiguous_bytes
+from nkihub.simulator.isa.dma import DMA_BUFFER, DMA_PARTITIONS, DMA_SIZE, contiguous_bytes, dma_partitions
 from nkihub.simulator import cost_rules as cr
-from nkihub.simulator.rules import fail, partitions
+from nkihub.simulator.rules import Documented, documents, partitions
 
 
 def addresses(attrs: dict, offsets: np.ndarray) -> np.ndarray:
@@ -91,32 +91,51 @@ def _execute(ins, src, dst, ctx):
         whole[addr[inside]] = values[inside]
 
 
+RMW_OOB = Documented("dma-rmw-oob", ("table",), "nki.isa.dma_copy",
+                     "with dst_rmw_op, only oob_mode=oob_mode.error is allowed")
+OFFSETS = Documented("indirect-offsets", ("offsets",), "nki.isa.dma_copy",
+                     "a scalar_offset is one index (a 1x1 tile or a register), a vector_offset a (P, 1) tile: one "
+                     "index per partition, for each index of the pattern's first dim")
+OFFSETS_BUFFER = Documented("indirect-offsets-buffer", ("offsets",), "nki.isa.dma_copy", "the offsets are in SBUF")
+TABLE_BUFFER = Documented("indirect-table-buffer", ("table",), "nki.isa.dma_copy",
+                          "with vector_offset, the tensor .ap() is called on is in HBM")
+INDIRECT_BUFFER = Documented("dma-buffer", ("table", "dst", "src"), "nki.isa.dma_copy", DMA_BUFFER.what)
+INDIRECT_RMW = Documented("dma-rmw-op", ("table", "dst"), "nki.isa.dma_copy",
+                          "dst_rmw_op is nl.add (np.add), read-modify-writing the destination")
+INDIRECT_SIZE = Documented("dma-size", ("dst", "src"), "nki.isa.dma_copy", DMA_SIZE.what)
+
+
+@documents(INDIRECT_BUFFER, INDIRECT_RMW, RMW_OOB, INDIRECT_SIZE, OFFSETS, OFFSETS_BUFFER, TABLE_BUFFER,
+           DMA_PARTITIONS)
 def _rules(ins, program, target):
+    """The indirect copy's buffers, read-modify-write, element counts and offsets (the dma_copy page)."""
     plain_role, plain = _plain(ins)
-    table = ins.src.get("table") or ins.dst.get("table")
-    for role, ap in (("table", table), (plain_role, plain)):
-        spec = program.tensor_of(ap)
-        if spec.buffer == "psum":
-            raise fail("dma-buffer", "DMA cannot access PSUM; copy PSUM to SBUF with nisa.tensor_copy first",
-                       ins, program, role, ap)
+    for role, ap in (("table", ins.src.get("table") or ins.dst.get("table")), (plain_role, plain)):
+        if program.tensor_of(ap).buffer == "psum":
+            raise INDIRECT_BUFFER.fail("DMA cannot access PSUM; copy PSUM to SBUF with nisa.tensor_copy first",
+                                       ins, program, role, ap)
     rmw = ins.attrs.get("dst_rmw_op")
     if rmw and (rmw != "add" or "table" not in ins.dst):
-        raise fail("dma-rmw-op", f"dst_rmw_op {rmw!r}: a DMA read-modify-write adds (np.add / nl.add) into its "
-                   "destination", ins, program, "table" if "table" in ins.dst else "dst")
+        raise INDIRECT_RMW.fail(f"dst_rmw_op {rmw!r}: a DMA read-modify-write adds (np.add / nl.add) into its "
+                                "destination", ins, program, "table" if "table" in ins.dst else "dst")
     if rmw and ins.attrs.get("oob", "error") != "error":
-        raise fail("dma-rmw-op", "dst_rmw_op allows only oob_mode=oob_mode.error (the DMA page)", ins, program,
-                   "table")
+        raise RMW_OOB.fail("dst_rmw_op allows only oob_mode=oob_mode.error", ins, program, "table")
     n = math.prod(int(s) for _, s in ins.attrs["pattern"])
     if n != plain.size:
-        raise fail("dma-size", f"the indirect access pattern has {n} elements, the {plain_role} {plain.size}; "
-                   "a DMA moves equal element counts", ins, program, plain_role, plain)
-    want = 1 if ins.attrs["mode"] == "scalar" else int(ins.attrs["pattern"][0][1])
-    if ins.src["offsets"].size < want:
-        raise fail("indirect-offsets", f"{ins.attrs['mode']}_offset needs {want} value(s), the tile holds "
-                   f"{ins.src['offsets'].size}", ins, program, "offsets")
-    if program.tensor_of(plain).on_chip and partitions(plain) > target.partitions:
-        raise fail("partition-dim-limit", f"the partition dim (dim 0) is {partitions(plain)}; at most "
-                   f"{target.partitions} partitions", ins, program, plain_role, plain)
+        raise INDIRECT_SIZE.fail(f"the indirect access pattern has {n} elements, the {plain_role} {plain.size}; "
+                                 "a DMA moves equal element counts", ins, program, plain_role, plain)
+    offsets, vector = ins.src["offsets"], ins.attrs["mode"] == "vector"
+    if program.tensor_of(offsets).buffer != "sbuf":
+        raise OFFSETS_BUFFER.fail(f"{ins.attrs['mode']}_offset must be an SBUF tile", ins, program, "offsets")
+    if vector and program.tensor_of(ins.src.get("table") or ins.dst["table"]).on_chip:
+        raise TABLE_BUFFER.fail("vector_offset indexes a tensor in HBM; this one is on chip", ins, program,
+                                "table")
+    want = int(ins.attrs["pattern"][0][1]) if vector else 1
+    if (offsets.size != want if not vector else partitions(offsets) < want or offsets.size != partitions(offsets)):
+        raise OFFSETS.fail(f"{ins.attrs['mode']}_offset must be a ({want}, 1) tile"
+                           f"{', one index per partition' if vector else ''}; it has shape {tuple(offsets.shape)}",
+                           ins, program, "offsets")
+    dma_partitions(ins, program, target, roles=(plain_role,))
 
 
 def _cost(ins, program, target):

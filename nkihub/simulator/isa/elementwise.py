@@ -79,7 +79,7 @@ def arithmetic_ops(*keys: str, role: str = "data", same_kind: bool = False):
     rule.__name__ = "arithmetic_ops"
     what = ("op0/op1 both arithmetic or both bitvec (Vector Engine, integer tiles)" if same_kind else
             f"{'/'.join(keys)} arithmetic operators, not bitvec")
-    return documents(rule, Documented("alu-op-kind", (role,), None, what))
+    return documents(Documented("alu-op-kind", (role,), None, what))(rule)
 
 
 def reduce_ops(*allowed: str):
@@ -95,7 +95,7 @@ def reduce_ops(*allowed: str):
             raise fail("reduce-op", f"reduce_op {op!r}: {ins.opcode} reduces with {', '.join(allowed)}", ins,
                        program, "reduce_res")
     rule.__name__ = "reduce_ops"
-    return documents(rule, Documented("reduce-op", ("reduce_res",), None, f"reduce_op is {' or '.join(allowed)}"))
+    return documents(Documented("reduce-op", ("reduce_res",), None, f"reduce_op is {' or '.join(allowed)}"))(rule)
 
 
 def _apply(op: str, a, b, reverse: bool):
@@ -324,8 +324,8 @@ def _act_rules(ins, program, target):
                    "reduce_res")
 
 
-documents(_act_rules, Documented("reduce-result-shape", ("reduce_res",), None,
-                                "reduce_res holds one element per partition ([P, 1])"))
+documents(Documented("reduce-result-shape", ("reduce_res",), None,
+                                "reduce_res holds one element per partition ([P, 1])"))(_act_rules)
 
 
 register("activation", engines={"scalar"}, execute=_activation, cost=_act_cost, bind=_act_bind,
@@ -443,8 +443,8 @@ def _gpsimd_cost(ins, program, target):
     return cr.seconds(cr.gpsimd_cycles(_n(ins) * cr.stride_slowdown(ins, program)), target, "gpsimd")
 
 
-documents(_pattern_rule, Documented("pattern-size", ("dst",), None,
-                                    "the access pattern describes dst's elements per partition"))
+documents(Documented("pattern-size", ("dst",), None,
+                                    "the access pattern describes dst's elements per partition"))(_pattern_rule)
 
 
 register("iota", engines={"gpsimd"}, execute=_iota, cost=_gpsimd_cost,

@@ -10,8 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from nkihub.simulator import cost_rules as cr
+from nkihub.simulator.errors import KernelRuleError
 from nkihub.simulator.isa.base import CROSS_PARTITION, ELEMENTWISE, f32, free_elems, register, store
-from nkihub.simulator.rules import COMPUTE_RULES, fail, partition_step, partitions
+from nkihub.simulator.rules import (COMPUTE_RULES, Documented, documents, partition_step, partitions,
+                                  start_partition_rule, target_gate)
 
 CORE_PARTITIONS = 16                     # each of the 8 GpSimd cores serves 16 contiguous partitions
 GATHER_ELEMS_PER_IDX = (1, 2, 4, 8, 16, 32)
@@ -42,34 +44,47 @@ def _local_gather(ins, src, dst, ctx):
     for c in range(0, p, CORE_PARTITIONS):
         idx = index[c:c + CORE_PARTITIONS].flatten(order="F")[:nv]
         if idx.size and (idx.min() < 0 or idx.max() + e > flat.shape[1]):
-            raise ValueError(f"local_gather: index {int(idx.max())} + {e} elements is out of bounds of the "
-                             f"{flat.shape[1]} elements per partition of src_buffer (undefined on hardware)")
+            raise KernelRuleError("local-gather-index", f"local_gather: index {int(idx.max())} + {e} elements is "
+                                  f"out of bounds of the {flat.shape[1]} elements per partition of src_buffer "
+                                  f"(undefined on hardware; source: {_LG})", operand="index", loc=ins.loc)
         cols = (idx[:, None] + np.arange(e)[None, :]).reshape(-1)
         res[c:c + CORE_PARTITIONS] = flat[c:c + CORE_PARTITIONS][:, cols]
     out[...] = res.reshape(out.shape)
 
 
+_LG = "nki.isa.local_gather"
+LG_PARTITIONS = Documented("local-gather-partitions", ("index",), _LG,
+                           "src_buffer, index and dst span the same partitions, a multiple of 16 (GpSimd cores)")
+LG_INDEX_DTYPE = Documented("index-dtype", ("index",), _LG, "index is a uint16 tile")
+LG_DTYPE = Documented("dtype-mismatch", ("dst",), _LG, "dst has src_buffer's dtype")
+LG_ELEMS = Documented("num-elem-per-idx", ("index",), _LG, "num_elem_per_idx is one of 1, 2, 4, 8, 16, 32")
+LG_VALID = Documented("num-valid-indices", ("index",), _LG,
+                      "num_valid_indices <= index.size / (index.shape[0] / 16), and at most 4096")
+LG_SHAPE = Documented("shape-mismatch", ("dst",), _LG,
+                      "dst holds num_valid_indices * num_elem_per_idx elements per partition")
+
+
+@documents(LG_PARTITIONS, LG_INDEX_DTYPE, LG_DTYPE, LG_ELEMS, LG_VALID, LG_SHAPE)
 def _local_gather_rules(ins, program, target):
     """Partitions a multiple of 16 and equal for src_buffer/index; uint16 indices; no cast; E in
     {1, 2, 4, 8, 16, 32}; at most 4096 valid indices per core; dst holds num_valid * E per partition."""
     s, i, d = ins.src["src_buffer"], ins.src["index"], ins.dst["dst"]
     if partitions(s) != partitions(i) or partitions(s) % CORE_PARTITIONS or partitions(d) != partitions(s):
-        raise fail("local-gather-partitions", "src_buffer, index and dst span the same partitions, a multiple "
-                   f"of {CORE_PARTITIONS}", ins, program, "index")
+        raise LG_PARTITIONS.fail("src_buffer, index and dst span the same partitions, a multiple of "
+                                 f"{CORE_PARTITIONS}", ins, program, "index")
     if program.tensor_of(i).dtype != "uint16":
-        raise fail("index-dtype", "index must be a uint16 tile", ins, program, "index")
+        raise LG_INDEX_DTYPE.fail("index must be a uint16 tile", ins, program, "index")
     if program.tensor_of(d).dtype != program.tensor_of(s).dtype:
-        raise fail("dtype-mismatch", "dst has src_buffer's dtype (local_gather does not cast)", ins, program, "dst")
+        raise LG_DTYPE.fail("dst has src_buffer's dtype (local_gather does not cast)", ins, program, "dst")
     e, nv = int(ins.attrs.get("num_elem_per_idx", 1)), _num_valid(ins)
     if e not in GATHER_ELEMS_PER_IDX:
-        raise fail("num-elem-per-idx", f"num_elem_per_idx is {e}; one of {GATHER_ELEMS_PER_IDX}", ins, program,
-                   "index")
+        raise LG_ELEMS.fail(f"num_elem_per_idx is {e}; one of {GATHER_ELEMS_PER_IDX}", ins, program, "index")
     if not 0 < nv <= min(GATHER_MAX_INDICES, CORE_PARTITIONS * _free(i)):
-        raise fail("num-valid-indices", f"num_valid_indices is {nv}; at most {GATHER_MAX_INDICES} and at most "
-                   f"the {CORE_PARTITIONS * _free(i)} indices of a core's index slice", ins, program, "index")
+        raise LG_VALID.fail(f"num_valid_indices is {nv}; at most {GATHER_MAX_INDICES} and at most the "
+                            f"{CORE_PARTITIONS * _free(i)} indices of a core's index slice", ins, program, "index")
     if _free(d) != nv * e:
-        raise fail("shape-mismatch", f"dst holds num_valid_indices * num_elem_per_idx = {nv * e} elements per "
-                   f"partition, not {_free(d)}", ins, program, "dst")
+        raise LG_SHAPE.fail(f"dst holds num_valid_indices * num_elem_per_idx = {nv * e} elements per partition, "
+                            f"not {_free(d)}", ins, program, "dst")
 
 
 register("local_gather", engines={"gpsimd"}, execute=_local_gather,
@@ -106,18 +121,25 @@ def _sequence_bounds(ins, src, dst, ctx):
     store(out, sequence_bounds_of(ids.reshape(ids.shape[0], -1)).reshape(out.shape))
 
 
+_SB = "nki.isa.sequence_bounds"
+SB_PARTITION = Documented("partition-dim", ("segment_ids", "dst"), _SB, "the partition dimension is always 1")
+SB_DTYPE = Documented("dtype", ("segment_ids", "dst"), _SB, "segment_ids and dst are float32 or int32")
+SB_SHAPE = Documented("shape-mismatch", ("dst",), _SB, "dst holds a start and an end per id: (1, 2, n) for (1, n)")
+
+
+@documents(SB_PARTITION, SB_DTYPE, SB_SHAPE)
 def _sequence_bounds_rules(ins, program, target):
     """One partition; float32/int32 operands; dst holds 2 values per segment id."""
     s, d = ins.src["segment_ids"], ins.dst["dst"]
     for role, ap in (("segment_ids", s), ("dst", d)):
         if partitions(ap) != 1:
-            raise fail("partition-dim", f"{role} spans {partitions(ap)} partitions; sequence_bounds works on one",
-                       ins, program, role)
+            raise SB_PARTITION.fail(f"{role} spans {partitions(ap)} partitions; sequence_bounds works on one",
+                                    ins, program, role)
         if program.tensor_of(ap).dtype not in ("float32", "int32"):
-            raise fail("dtype", f"{role} must be float32 or int32", ins, program, role)
+            raise SB_DTYPE.fail(f"{role} must be float32 or int32", ins, program, role)
     if _free(d) != 2 * _free(s):
-        raise fail("shape-mismatch", f"dst holds 2 * {_free(s)} elements (start and end per id), e.g. shape "
-                   f"(1, 2, {_free(s)})", ins, program, "dst")
+        raise SB_SHAPE.fail(f"dst holds 2 * {_free(s)} elements (start and end per id), e.g. shape "
+                            f"(1, 2, {_free(s)})", ins, program, "dst")
 
 
 register("sequence_bounds", engines={"gpsimd"}, execute=_sequence_bounds,
@@ -128,6 +150,9 @@ register("sequence_bounds", engines={"gpsimd"}, execute=_sequence_bounds,
 
 
 # -- nonzero_with_count ---------------------------------------------------------------------------------------
+_gen3_nonzero = target_gate("gen3")   # the nonzero_with_count page: NeuronCore-v3 and newer
+
+
 def _nonzero_with_count(ins, src, dst, ctx):
     """Per partition (the operands are the first partition of each GpSimd core, partitions 0, 16, ...):
     with the T source elements flattened, dst[:N] = positions of the N nonzero elements + index_offset,
@@ -145,32 +170,45 @@ def _nonzero_with_count(ins, src, dst, ctx):
     store(out, res.reshape(out.shape))
 
 
+_NZ = "nki.isa.nonzero_with_count"
+NZ_STEP = Documented("partition-step", ("src", "dst"), _NZ,
+                     "operands sit on the first partition of GpSimd cores: partitions 0, 16, 32, ...")
+NZ_START = Documented("start-partition", ("src", "dst"), _NZ, "operands start on a GpSimd core's first partition")
+NZ_CORES = Documented("partition-mismatch", ("dst",), _NZ, "src and dst span the same GpSimd cores")
+NZ_SHAPE = Documented("shape-mismatch", ("dst",), _NZ,
+                      "dst holds one element more per partition than src (the indices and the count)")
+NZ_DTYPE = Documented("dtype", ("src", "dst"), _NZ, "src is float32 or int32, dst int32")
+
+
+@documents(NZ_STEP, NZ_START, NZ_CORES, NZ_SHAPE, NZ_DTYPE)
 def _nonzero_rules(ins, program, target):
-    """NeuronCore-v3 and newer; src and dst in SBUF on the first partition of GpSimd cores (partitions
-    0, 16, 32, ...); dst holds one element more per partition than src (the count)."""
-    if target.nc_version == "gen2":
-        raise fail("target", "nonzero_with_count needs NeuronCore-v3 or newer (trn2, trn3)", ins, program, "dst")
+    """src and dst on the first partition of GpSimd cores (partitions 0, 16, 32, ...); dst holds one element
+    more per partition than src (the count). (The page's "in SBUF" is the shared engine-buffer rule: GpSimd
+    reaches neither HBM nor PSUM.)"""
     s, d = ins.src["src"], ins.dst["dst"]
     for role, ap in (("src", s), ("dst", d)):
         spec = program.tensor_of(ap)
-        if spec.buffer != "sbuf":
-            raise fail("buffer", f"{role} must be in SBUF", ins, program, role)
         if partitions(ap) > 1 and ap.dims[0][0] != CORE_PARTITIONS * spec.free_size:
-            raise fail("partition-step", f"{role} is read on partitions 0, 16, 32, ... (one per GpSimd core)",
-                       ins, program, role)
+            raise NZ_STEP.fail(f"{role} is read on partitions 0, 16, 32, ... (one per GpSimd core)",
+                               ins, program, role)
         if (ap.offset // spec.free_size) % CORE_PARTITIONS:
-            raise fail("start-partition", f"{role} starts on the first partition of a GpSimd core", ins, program, role)
+            raise NZ_START.fail(f"{role} starts on the first partition of a GpSimd core", ins, program, role)
     if partitions(s) != partitions(d):
-        raise fail("shape-mismatch", "src and dst span the same GpSimd cores", ins, program, "dst")
+        raise NZ_CORES.fail("src and dst span the same GpSimd cores", ins, program, "dst")
+    for role, ap, allowed in (("src", s, ("float32", "int32")), ("dst", d, ("int32",))):
+        if program.tensor_of(ap).dtype not in allowed:
+            raise NZ_DTYPE.fail(f"{role} must be {' or '.join(allowed)}", ins, program, role)
     if _free(d) != _free(s) + 1:
-        raise fail("shape-mismatch", f"dst holds {_free(s) + 1} elements per partition (the {_free(s)} indices "
-                   "and the count)", ins, program, "dst")
+        raise NZ_SHAPE.fail(f"dst holds {_free(s) + 1} elements per partition (the {_free(s)} indices and the "
+                            "count)", ins, program, "dst")
 
 
 register("nonzero_with_count", engines={"gpsimd"}, execute=_nonzero_with_count,
          # Estimate (not published): one pass over the elements of a partition.
          cost=lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(_free(ins.src["src"]) * cr.stride_slowdown(ins, p)),
                                            t, "gpsimd"),
-         # Partition p of dst from partition p of src: no category needed; partitions step by 16, so the
-         # generic consecutive-partition rule is replaced by the row's own.
-         rules=tuple(r for r in COMPUTE_RULES if r is not partition_step) + (_nonzero_rules,))
+         # Partition p of dst from partition p of src: no category needed; partitions step by 16 from a
+         # core's first partition (16 is one), so the generic consecutive-partition and quadrant-start rules
+         # are replaced by the row's own.
+         rules=tuple(r for r in COMPUTE_RULES if r not in (partition_step, start_partition_rule))
+         + (_gen3_nonzero, _nonzero_rules))

@@ -223,8 +223,7 @@ def _matmul_cost(ins, program, target):
     return cr.seconds(cr.matmul_cycles(n, fp32=fp32, double_row=double, n_stationary=_free(st)), target, "tensor")
 
 
-documents(_matmul_rules,
-          Documented("matmul-buffer", ("stationary", "moving", "dst"), None,
+documents(Documented("matmul-buffer", ("stationary", "moving", "dst"), None,
                      "stationary and moving in SBUF; the result in PSUM"),
           Documented("matmul-dtype", ("stationary", "moving", "dst"), None,
                      "inputs fp8/bf16/fp16/fp32 (fp32 only with fp32); the PSUM result fp32 (bf16 on trn3)"),
@@ -236,7 +235,7 @@ documents(_matmul_rules,
           Documented("psum-bank", ("dst",), "nki.isa.nc_matmul (PSUM accumulation group: one 2 KiB bank)",
                      "one matmul output stays in one PSUM bank (trn1, trn2)"),
           Documented("matmul-perf-mode", ("stationary", "moving"), "nki.isa.matmul_perf_mode",
-                     "double_row: NeuronCore-v3+, fp8 operands [K, 2, F]"))
+                     "double_row: NeuronCore-v3+, fp8 operands [K, 2, F]"))(_matmul_rules)
 
 
 register("nc_matmul", engines={"tensor"}, execute=_matmul, cost=_matmul_cost, bind=_matmul_bind,
@@ -293,17 +292,16 @@ def _transpose_cost(ins, program, target):
     return cr.seconds(cr.vector_cycles(_free(data) * slow), target, "vector")
 
 
-documents(_tiling_rules, Documented("matmul-tiling", ("stationary",), None,
+documents(Documented("matmul-tiling", ("stationary",), None,
                                     "tile_size rows/columns of 128, 64 or (v3+) 32, the stationary tile fits; "
-                                    "tile_position multiples of it; no double_row with column tiling"))
+                                    "tile_position multiples of it; no double_row with column tiling"))(_tiling_rules)
 
 
-documents(_transpose_rules,
-          Documented("transpose-shape", ("dst",), None, "dst is [data free, data partitions]"),
+documents(Documented("transpose-shape", ("dst",), None, "dst is [data free, data partitions]"),
           Documented("transpose-buffer", ("data", "dst"), None,
                      "on the Tensor Engine data is in SBUF and dst in PSUM"),
           Documented("transpose-size", ("data",), None,
-                     "the Vector Engine transposes at most 32x32; the Tensor Engine at most 128 free"))
+                     "the Vector Engine transposes at most 32x32; the Tensor Engine at most 128 free"))(_transpose_rules)
 
 
 register("nc_transpose", engines={"tensor", "vector"}, execute=_transpose, cost=_transpose_cost,

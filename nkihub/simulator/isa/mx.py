@@ -13,7 +13,7 @@ from nkihub.simulator import mx
 from nkihub.simulator.dtypes import PACKED
 from nkihub.simulator.isa.activate import _gen4_only
 from nkihub.simulator.isa.base import CROSS_PARTITION, ACCUMULATE, MATMUL, f32, register, store
-from nkihub.simulator.rules import COMPUTE_RULES, fail, partitions
+from nkihub.simulator.rules import COMPUTE_RULES, Documented, documents, partitions
 
 SCALE_DTYPES = frozenset({"uint8", "float8_e8m0fnu"})
 QUANTIZE_SRC_DTYPES = frozenset({"bfloat16", "float16"})
@@ -37,42 +37,92 @@ def _free(ap) -> int:
     return ap.size // max(1, partitions(ap))
 
 
+# The quantize_mx and nc_matmul_mx pages' operand constraints (source None: the page of the instruction).
+_DATA = ("src", "dst", "dst_scale", "stationary", "moving", "stationary_scale", "moving_scale")
+MX_BUFFER = Documented("mx-buffer", _DATA, None, "MX data and scale tiles are in SBUF")
+MX_DTYPE = Documented("mx-dtype", _DATA, None, "quantize_mx: src bfloat16/float16, dst float8_e5m2_x4 or "
+                      "float8_e4m3fn_x4; nc_matmul_mx: 4-packed MX data; scales uint8 (E8M0)")
+MX_SCALE_LAYOUT = Documented("mx-scale-layout", ("dst_scale", "stationary_scale", "moving_scale"), None,
+                             "scales: 4 partitions at the start of each SBUF quadrant the data spans, one "
+                             "column per packed data column")
+MX_PARTITIONS = Documented("mx-partitions", ("src", "stationary"), None,
+                           "the data spans a multiple of 32 partitions, at most 128")
+MX_FREE = Documented("mx-free-size", ("src",), "nki.isa.quantize_mx", "src holds a multiple of 4 elements per "
+                     "partition")
+MX_SHAPE = Documented("mx-shape", ("dst",), "nki.isa.quantize_mx", "dst is [P, F / 4] for src [P, F]")
+MM_CONTRACTION = Documented("matmul-contraction", ("moving",), "nki.isa.nc_matmul_mx",
+                            "stationary and moving span the same partitions (the contraction dim)")
+MM_STATIONARY = Documented("matmul-stationary-size", ("stationary",), "nki.isa.nc_matmul_mx",
+                           "the stationary free size is even and at most 128")
+MM_BUFFER = Documented("matmul-buffer", ("dst",), "nki.isa.nc_matmul_mx", "dst is a float32 or bfloat16 PSUM tile")
+MM_MOVING = Documented("matmul-moving-size", ("moving",), "nki.isa.nc_matmul_mx",
+                       "the moving free size is at most 4096 with a float32 dst, 8192 with a bfloat16 one (the "
+                       "8 PSUM banks)")
+MOVING_MAX = {"float32": 4096, "bfloat16": 8192}
+MM_TILING = Documented("matmul-tile-position", ("stationary",), "nki.isa.nc_matmul_mx",
+                       "row tiling: tile_position and tile_size both set or neither; tile_size (row_size, 128) with "
+                       "row_size 128, 64 or 32; tile_position (start_row, 0), start_row a multiple of row_size "
+                       "inside the 128 rows; the stationary tile fits the tile")
+ROW_SIZES = (128, 64, 32)
+
+
+def _tiling(ins, program, k: int, m: int) -> None:
+    """nc_matmul_mx's row tiling mode (attrs ``tile_position``, ``tile_size``), for a [k, m] stationary."""
+    pos, size = list(ins.attrs.get("tile_position") or ()), list(ins.attrs.get("tile_size") or ())
+    if not pos and not size:
+        return
+    why = None
+    if not pos or not size:
+        why = "tile_position and tile_size must both be set (or neither: the whole 128 x 128 array)"
+    elif len(size) != 2 or size[0] not in ROW_SIZES or size[1] != 128:
+        why = f"tile_size {tuple(size)}: (row_size, 128) with row_size one of {ROW_SIZES}"
+    elif len(pos) != 2 or pos[1] != 0 or pos[0] % size[0] or not 0 <= pos[0] < 128:
+        why = f"tile_position {tuple(pos)}: (start_row, 0) with start_row a multiple of {size[0]} below 128"
+    elif k > size[0] or m > size[1]:
+        why = f"the stationary [{k}, {m}] does not fit the {tuple(size)} tile"
+    if why:
+        raise MM_TILING.fail(why, ins, program, "stationary")
+MM_OUTPUT = Documented("matmul-output-shape", ("dst",), "nki.isa.nc_matmul_mx",
+                       "dst is [stationary free size, moving free size]")
+
+
 def _data_rules(ins, program, role: str, dtypes, what: str) -> None:
     spec = program.tensor_of(ins.src.get(role) or ins.dst.get(role))
     if spec.buffer != "sbuf":
-        raise fail("mx-buffer", f"{what} must be in SBUF", ins, program, role)
+        raise MX_BUFFER.fail(f"{what} must be in SBUF", ins, program, role)
     if spec.dtype not in dtypes:
-        raise fail("mx-dtype", f"{what} must be one of {', '.join(sorted(dtypes))}", ins, program, role)
+        raise MX_DTYPE.fail(f"{what} must be one of {', '.join(sorted(dtypes))}", ins, program, role)
 
 
 def _scale_rules(ins, program, name: str, data_partitions: int, cols: int, whole: bool = False) -> None:
     roles = scale_roles(ins, name)
     want = mx.scale_rows(data_partitions)
     if len(roles) != len(want):
-        raise fail("mx-scale-layout", f"{name}: {len(want)} quadrant(s) of scales expected for "
-                   f"{data_partitions} data partitions", ins, program, roles[0] if roles else None)
+        raise MX_SCALE_LAYOUT.fail(f"{name}: {len(want)} quadrant(s) of scales expected for {data_partitions} "
+                                   "data partitions", ins, program, roles[0] if roles else None)
     for role, (_, rows) in zip(roles, want):
         _data_rules(ins, program, role, SCALE_DTYPES, f"{name} (the E8M0 scales)")
         ap = ins.src.get(role) or ins.dst.get(role)
         if partitions(ap) not in ((rows, mx.QUADRANT) if whole else (rows,)) or _free(ap) != cols:
-            raise fail("mx-scale-layout", f"{name}: each quadrant holds [{rows}, {cols}] scales, got "
-                       f"{list(ap.shape)}", ins, program, role)
+            raise MX_SCALE_LAYOUT.fail(f"{name}: each quadrant holds [{rows}, {cols}] scales, got "
+                                       f"{list(ap.shape)}", ins, program, role)
 
 
+@documents(MX_BUFFER, MX_DTYPE, MX_PARTITIONS, MX_FREE, MX_SHAPE, MX_SCALE_LAYOUT)
 def _quantize_rules(ins, program, target):
+    """SBUF data and scales of the page's dtypes; [P, F] with P a multiple of 32, F of 4; dst [P, F/4]."""
     src, dst = ins.src["src"], ins.dst["dst"]
     _data_rules(ins, program, "src", QUANTIZE_SRC_DTYPES, "the quantize_mx input")
     _data_rules(ins, program, "dst", QUANTIZE_DST_DTYPES, "the quantize_mx output (4-packed FP8)")
     p, f = partitions(src), _free(src)
     if p % mx.QUADRANT or p > target.partitions:
-        raise fail("mx-partitions", f"the input spans {p} partitions; a multiple of 32, at most "
-                   f"{target.partitions}", ins, program, "src")
+        raise MX_PARTITIONS.fail(f"the input spans {p} partitions; a multiple of 32, at most {target.partitions}",
+                                 ins, program, "src")
     if f % mx.PACK:
-        raise fail("mx-free-size", f"the input has {f} elements per partition; a multiple of 4", ins, program,
-                   "src")
+        raise MX_FREE.fail(f"the input has {f} elements per partition; a multiple of 4", ins, program, "src")
     if partitions(dst) != p or _free(dst) != f // mx.PACK:
-        raise fail("mx-shape", f"the output must be [{p}, {f // mx.PACK}] (4 input elements per packed "
-                   "element)", ins, program, "dst")
+        raise MX_SHAPE.fail(f"the output must be [{p}, {f // mx.PACK}] (4 input elements per packed element)",
+                            ins, program, "dst")
     _scale_rules(ins, program, "dst_scale", p, f // mx.PACK, whole=True)
 
 
@@ -104,33 +154,36 @@ register("quantize_mx", engines={"vector"}, execute=_quantize, cost=_quantize_co
          rules=COMPUTE_RULES + (_gen4_only, _quantize_rules), categories={CROSS_PARTITION})
 
 
+@documents(MX_BUFFER, MX_DTYPE, MM_CONTRACTION, MX_PARTITIONS, MM_STATIONARY, MM_BUFFER, MM_MOVING, MM_OUTPUT,
+           MX_SCALE_LAYOUT, MM_TILING)
 def _matmul_mx_rules(ins, program, target):
+    """Packed SBUF data of the same K (a multiple of 32), M even <= 128, N within PSUM, a PSUM dst [M, N]."""
     st, mv, dst = ins.src["stationary"], ins.src["moving"], ins.dst["dst"]
     for role in ("stationary", "moving"):
         _data_rules(ins, program, role, frozenset(PACKED), f"the {role} matrix (4-packed MX data)")
     k = partitions(st)
     if partitions(mv) != k:
-        raise fail("matmul-contraction", f"the contraction (partition) dims differ: stationary has {k}, moving "
-                   f"has {partitions(mv)}", ins, program, "moving")
+        raise MM_CONTRACTION.fail(f"the contraction (partition) dims differ: stationary has {k}, moving has "
+                                  f"{partitions(mv)}", ins, program, "moving")
     if k % mx.QUADRANT or k > target.partitions:
-        raise fail("mx-partitions", f"the contraction dim spans {k} partitions; a multiple of 32, at most "
-                   f"{target.partitions}", ins, program, "stationary")
+        raise MX_PARTITIONS.fail(f"the contraction dim spans {k} partitions; a multiple of 32, at most "
+                                 f"{target.partitions}", ins, program, "stationary")
     m, n = _free(st), _free(mv)
     if m > target.stationary_fmax or m % 2:
-        raise fail("matmul-stationary-size", f"the stationary free size is {m}; even, at most "
-                   f"{target.stationary_fmax}", ins, program, "stationary")
+        raise MM_STATIONARY.fail(f"the stationary free size is {m}; even, at most {target.stationary_fmax}",
+                                 ins, program, "stationary")
     dspec = program.tensor_of(dst)
     if dspec.buffer != "psum" or dspec.dtype not in ("float32", "bfloat16"):
-        raise fail("matmul-buffer", "the output must be a float32 or bfloat16 PSUM tile", ins, program, "dst")
-    n_max = target.moving_fmax * (2 if dspec.dtype == "bfloat16" else 1)
+        raise MM_BUFFER.fail("the output must be a float32 or bfloat16 PSUM tile", ins, program, "dst")
+    n_max = MOVING_MAX[dspec.dtype]
     if n > n_max:
-        raise fail("matmul-moving-size", f"the moving free size is {n}; at most {n_max} with a {dspec.dtype} "
-                   "output", ins, program, "moving")
+        raise MM_MOVING.fail(f"the moving free size is {n}; at most {n_max} with a {dspec.dtype} output",
+                             ins, program, "moving")
     if partitions(dst) != m or _free(dst) != n:
-        raise fail("matmul-output-shape", f"the output must be [{m}, {n}] (stationary free x moving free)",
-                   ins, program, "dst")
+        raise MM_OUTPUT.fail(f"the output must be [{m}, {n}] (stationary free x moving free)", ins, program, "dst")
     _scale_rules(ins, program, "stationary_scale", k, m)
     _scale_rules(ins, program, "moving_scale", k, n)
+    _tiling(ins, program, k, m)
 
 
 def _scaled(bits: np.ndarray, dtype: str, scales: np.ndarray) -> np.ndarray:

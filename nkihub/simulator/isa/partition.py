@@ -7,7 +7,7 @@ import numpy as np
 from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import CROSS_PARTITION, DMA, ELEMENTWISE, REDUCE, f32, free_elems, register, store
-from nkihub.simulator.isa.dma import _dma_cost, _dma_rules
+from nkihub.simulator.isa.dma import DMA_BUFFER, DMA_PARTITIONS, DMA_SIZE, _dma_cost, _dma_rules
 from nkihub.simulator.rules import (COMPUTE_RULES, Documented, documents, exact_partitions, fail, partitions,
                                      same_dtype)
 from nkihub.simulator.taint import CLEAN, per_partition
@@ -34,9 +34,8 @@ def _pr_rules(ins, program, target):
         raise fail("reduce-op", str(exc), ins, program, "data") from None
 
 
-documents(_pr_rules,
-          Documented("shape-mismatch", ("dst",), None, "dst is one partition of data's free size"),
-          Documented("reduce-op", ("data",), None, "op is add, max, bitwise_or or bitwise_and"))
+documents(Documented("shape-mismatch", ("dst",), None, "dst is one partition of data's free size"),
+          Documented("reduce-op", ("data",), None, "op is add, max, bitwise_or or bitwise_and"))(_pr_rules)
 
 
 register("tensor_partition_reduce", engines={"gpsimd"}, execute=_partition_reduce,
@@ -93,11 +92,10 @@ def _shuffle_taint(ins, role, t, dst):
     return np.broadcast_to(out.reshape((-1,) + (1,) * (len(dst.shape) - 1)), dst.shape)
 
 
-documents(_shuffle_rules,
-          Documented("shuffle-mask", ("src",), None, "shuffle_mask is 32 partition numbers in 0..31 or 255, "
+documents(Documented("shuffle-mask", ("src",), None, "shuffle_mask is 32 partition numbers in 0..31 or 255, "
                      "each naming a partition src has"),
           Documented("shape-mismatch", ("src",), None, "src and dst hold the same elements per partition"),
-          Documented("dtype-mismatch", ("src",), None, "src and dst have the same dtype"))
+          Documented("dtype-mismatch", ("src",), None, "src and dst have the same dtype"))(_shuffle_rules)
 
 
 register("nc_stream_shuffle", engines={"vector"}, execute=_shuffle,
@@ -125,15 +123,65 @@ def _dma_transpose(ins, src, dst, ctx):
         store(out, f32(t).reshape(out.shape))
 
 
+TRANSPOSE_AXES = Documented("transpose-axes", ("src",), "nki.isa.dma_transpose",
+                            "axes is one of the supported (1, 0), (2, 1, 0), (3, 1, 2, 0), for a src of that rank")
+TRANSPOSE_SHAPE = Documented("transpose-shape", ("dst",), "nki.isa.dma_transpose",
+                             "dst has src's shape permuted by axes (default [1, 0], [2, 1, 0], [3, 1, 2, 0])")
+
+
+# The page: "The only valid dge_modes are unknown and hwdge" (direct), "unknown and swdge" (indirect);
+# nki-library's published TKG kernels pass dge_mode=none (3) to direct transposes, so none is kept.
+TRANSPOSE_DGE = Documented("transpose-dge-mode", ("src",), "nki.isa.dma_transpose",
+                           "a direct transpose takes dge_mode unknown or hwdge (or none), an indirect one unknown "
+                           "or swdge")
+TRANSPOSE_HWDGE = Documented("transpose-hwdge", ("src",), "nki.isa.dma_transpose",
+                             "with dge_mode=hwdge (NeuronCore-v3 and newer): src.shape[0] == 16 for 2-d, in "
+                             "{1, 2, 4, 8, 16} with src.shape[0] * src.shape[-2] % 16 == 0 for 3-d/4-d; "
+                             "src.shape[-1] <= 128; a 2-byte dtype")
+HWDGE_ROWS = (1, 2, 4, 8, 16)
+
+
+def _transpose_dge(ins, program, target) -> None:
+    """The DGE modes of dma_transpose and the hardware-DGE limits (attrs ``dge_mode``, ``indirect``)."""
+    mode = ins.attrs.get("dge_mode")
+    if mode is None:
+        return
+    allowed = ("swdge",) if ins.attrs.get("indirect") else ("hwdge", "none")
+    if mode not in allowed:
+        raise TRANSPOSE_DGE.fail(f"dge_mode {mode}: a{'n indirect' if ins.attrs.get('indirect') else ' direct'} "
+                                 f"transpose takes unknown or {' or '.join(allowed)}", ins, program, "src")
+    if mode != "hwdge":
+        return
+    s = ins.src["src"]
+    shape, spec = tuple(s.shape), program.tensor_of(s)
+    why = None
+    if target.nc_version == "gen2":
+        why = f"hardware DGE needs NeuronCore-v3 or newer, not {target.name}"
+    elif len(shape) == 2 and shape[0] != 16:
+        why = f"a 2-d src has {shape[0]} rows; hardware DGE takes 16"
+    elif len(shape) > 2 and (shape[0] not in HWDGE_ROWS or shape[0] * shape[-2] % 16):
+        why = (f"src.shape[0] = {shape[0]} must be one of {HWDGE_ROWS} with src.shape[0] * src.shape[-2] a "
+               "multiple of 16")
+    elif shape[-1] > 128:
+        why = f"src.shape[-1] = {shape[-1]}; at most 128"
+    elif spec.np_dtype.itemsize != 2:
+        why = f"src is {spec.dtype}; hardware DGE transposes 2-byte dtypes"
+    if why:
+        raise TRANSPOSE_HWDGE.fail(f"dge_mode=hwdge: {why}", ins, program, "src")
+
+
+@documents(DMA_BUFFER, DMA_SIZE, DMA_PARTITIONS, TRANSPOSE_AXES, TRANSPOSE_SHAPE, TRANSPOSE_DGE, TRANSPOSE_HWDGE)
 def _dma_transpose_rules(ins, program, target):
-    _dma_rules(ins, program, target)
+    """Supported axes, the DMA rules, the DGE modes, and dst's permuted shape."""
     s, d = ins.src["src"], ins.dst["dst"]
     axes = ins.attrs.get("axes") or default_transpose_axes(len(s.shape))
-    if sorted(axes) != list(range(len(s.shape))):
-        raise fail("transpose-axes", f"axes {axes} is not a permutation of the src's {len(s.shape)} dims",
-                   ins, program, "src")
+    if len(s.shape) not in (2, 3, 4) or list(axes) != default_transpose_axes(len(s.shape)):
+        raise TRANSPOSE_AXES.fail(f"axes {tuple(axes)} for a {len(s.shape)}-d src; the supported axes are (1, 0), "
+                                  "(2, 1, 0) and (3, 1, 2, 0)", ins, program, "src")
+    _dma_rules(ins, program, target)
+    _transpose_dge(ins, program, target)
     if tuple(s.shape[a] for a in axes) != tuple(d.shape):
-        raise fail("transpose-shape", f"dst must have shape {tuple(s.shape[a] for a in axes)}", ins, program, "dst")
+        raise TRANSPOSE_SHAPE.fail(f"dst must have shape {tuple(s.shape[a] for a in axes)}", ins, program, "dst")
 
 
 def _dma_transpose_cost(ins, program, target):
@@ -169,9 +217,8 @@ def _n_gather_rules(ins, program, target):
         raise fail("index-dtype", "indices must be an integer tile (uint32)", ins, program, "indices")
 
 
-documents(_n_gather_rules,
-          Documented("shape-mismatch", ("dst",), None, "dst holds as many elements per partition as indices"),
-          Documented("index-dtype", ("indices",), None, "indices are an integer (uint32) tile"))
+documents(Documented("shape-mismatch", ("dst",), None, "dst holds as many elements per partition as indices"),
+          Documented("index-dtype", ("indices",), None, "indices are an integer (uint32) tile"))(_n_gather_rules)
 
 
 register("nc_n_gather", engines={"gpsimd"}, execute=_n_gather,

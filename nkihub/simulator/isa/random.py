@@ -9,7 +9,8 @@ import numpy as np
 
 from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa.base import ELEMENTWISE, GENERATE, RANDOM, f32, fit, free_elems, register, store
-from nkihub.simulator.rules import COMPUTE_RULES, fail, same_free_size, same_partitions
+from nkihub.simulator.rules import (COMPUTE_RULES, NC_NAMES, NC_ORDER, Documented, cited_same_free_size,
+                                  cited_same_partitions, documents, partitions, target_gate)
 
 
 def _cost(ins, program, target):
@@ -28,7 +29,31 @@ def _rand(ins, src, dst, ctx):
         store(out, ctx.rng.random(out.shape, dtype=np.float32))
 
 
-register("rand", engines={"vector", "gpsimd"}, execute=_rand, cost=_cost, rules=COMPUTE_RULES,
+RNG_DTYPE = Documented("dtype", ("dst",), "nki.isa.rng", "dst is an integer tile: int8/16/32, uint8/16/32")
+RNG_ENGINE = Documented("rng-engine", ("dst",), "nki.isa.rng", "the Vector Engine, or GpSimd from NeuronCore-v3")
+STATE_ENGINE = Documented("rng-engine", ("dst", "src_seeds"), None,
+                          "GpSimd from NeuronCore-v3, the Vector Engine from NeuronCore-v4")
+
+
+def _engine_rule(ins, program, target, constraint: Documented, role: str | None, gpsimd_from: str,
+                 vector_from: str = "gen2") -> None:
+    """Refuse the engine ``ins`` runs on when ``target`` is older than the engine's first version."""
+    first = gpsimd_from if ins.engine == "gpsimd" else vector_from
+    if NC_ORDER.index(target.nc_version) < NC_ORDER.index(first):
+        raise constraint.fail(f"{ins.opcode} on the {ins.engine} engine needs {NC_NAMES[first]} or newer, not "
+                              f"{target.name}", ins, program, role)
+
+
+@documents(RNG_DTYPE, RNG_ENGINE)
+def _rng_rule(ins, program, target):
+    """nisa.rng (attr ``bits``): an integer dst; GpSimd from NeuronCore-v3."""
+    spec = program.tensor_of(ins.dst["dst"])
+    if ins.attrs.get("bits") and spec.np_dtype.kind not in "iu":
+        raise RNG_DTYPE.fail(f"rng writes random bits into an integer tile, not {spec.dtype}", ins, program, "dst")
+    _engine_rule(ins, program, target, RNG_ENGINE, "dst", gpsimd_from="gen3")
+
+
+register("rand", engines={"vector", "gpsimd"}, execute=_rand, cost=_cost, rules=COMPUTE_RULES + (_rng_rule,),
          categories={GENERATE, RANDOM})
 
 
@@ -39,14 +64,50 @@ def _seed(ins, src, dst, ctx):
     ctx.rng = np.random.default_rng(seed)
 
 
+SEED_SHAPE = Documented("rng-seed", ("src_seeds",), "nki.isa.set_rng_seed", "src_seeds is a [1, 1] tensor")
+SEED_DTYPE = Documented("rng-seed-dtype", ("src_seeds",), "nki.isa.set_rng_seed", "src_seeds holds a 32-bit value")
+
+
+@documents(SEED_SHAPE, SEED_DTYPE)
+def _seed_rule(ins, program, target):
+    """A seed tile is one 32-bit value."""
+    ap = ins.src.get("src_seeds")
+    if ap is None:
+        return
+    if ap.size != 1:
+        raise SEED_SHAPE.fail(f"src_seeds holds {ap.size} values; the seed is a [1, 1] tensor", ins, program,
+                              "src_seeds")
+    if program.tensor_of(ap).np_dtype.itemsize != 4:
+        raise SEED_DTYPE.fail(f"src_seeds is {program.tensor_of(ap).dtype}; the seed is a 32-bit value", ins,
+                              program, "src_seeds")
+
+
 register("set_rng_seed", engines={"vector", "gpsimd"}, execute=_seed,
-         cost=lambda ins, p, t: cr.seconds(cr.MIN_II_CYCLES, t, "vector"), rules=COMPUTE_RULES,
+         cost=lambda ins, p, t: cr.seconds(cr.MIN_II_CYCLES, t, "vector"), rules=COMPUTE_RULES + (_seed_rule,),
          categories={GENERATE, RANDOM})
 
 
+def _columns(ins, program, constraint: Documented, ref: str, *roles: str) -> None:
+    """Refuse a tile operand among ``roles`` that is not a [P, 1] column of ``ref``'s P partitions."""
+    p = partitions(ins.dst.get(ref) or ins.src[ref])
+    for role in roles:
+        ap = ins.src.get(role)
+        if ap is not None and (partitions(ap) != p or ap.size != p):
+            raise constraint.fail(f"'{role}' must be a number or a ({p}, 1) tile, one value per partition",
+                                  ins, program, role)
+
+
+PROB = Documented("dropout-prob", ("data",), "nki.isa.dropout", "prob, a number, is a probability in [0, 1]")
+PROB_SHAPE = Documented("scalar-operand-shape", ("prob",), "nki.isa.dropout",
+                        "prob, a tile, is [P, 1]: one probability per partition of data")
+
+
+@documents(PROB, PROB_SHAPE)
 def _prob_rule(ins, program, target):
+    """A numeric prob in [0, 1]; a prob tile one column of data's partitions."""
     if "prob" not in ins.src and not 0.0 <= ins.attrs.get("prob", 0.0) <= 1.0:
-        raise fail("dropout-prob", f"prob {ins.attrs.get('prob')} is not in [0, 1]", ins, program, "data")
+        raise PROB.fail(f"prob {ins.attrs.get('prob')} is not in [0, 1]", ins, program, "data")
+    _columns(ins, program, PROB_SHAPE, "data", "prob")
 
 
 def _dropout(ins, src, dst, ctx):
@@ -61,7 +122,7 @@ def _dropout(ins, src, dst, ctx):
 
 
 register("dropout", engines={"vector", "gpsimd"}, execute=_dropout, cost=_cost,
-         rules=COMPUTE_RULES + (same_partitions("dst", "data", "prob"), same_free_size("dst", "data"),
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "data"), cited_same_free_size("dst", "data"),
                                 _prob_rule),
          categories={ELEMENTWISE, RANDOM})
 
@@ -76,13 +137,22 @@ def _rand2(ins, src, dst, ctx):
     store(out, lo + (hi - lo) * ctx.rng.random(out.shape, dtype=np.float32))
 
 
-def _gen4(ins, program, target):
-    if target.nc_version in ("gen2", "gen3"):
-        raise fail("target-support", f"{ins.opcode} is available on NeuronCore-v4 (trn3) and newer", ins, program,
-                   "dst")
+_gen4 = target_gate("gen4")   # the rand2 page: NeuronCore-v4 and newer
+BOUNDS_SHAPE = Documented("scalar-operand-shape", ("min", "max"), "nki.isa.rand2",
+                          "min and max are scalars or vectors: a tile is [P, 1] for dst's P partitions")
+BOUNDS_ORDER = Documented("rand2-range", ("dst",), "nki.isa.rand2", "min < max for a valid range")
 
 
-register("rand2", engines={"vector"}, execute=_rand2, cost=_cost, rules=COMPUTE_RULES + (_gen4,),
+@documents(BOUNDS_SHAPE, BOUNDS_ORDER)
+def _rand2_rules(ins, program, target):
+    """min/max tiles are [P, 1] columns of dst; immediate bounds have min < max."""
+    _columns(ins, program, BOUNDS_SHAPE, "dst", "min", "max")
+    lo, hi = ins.attrs.get("min"), ins.attrs.get("max")
+    if lo is not None and hi is not None and not lo < hi:
+        raise BOUNDS_ORDER.fail(f"min {lo:g} is not below max {hi:g}", ins, program, "dst")
+
+
+register("rand2", engines={"vector"}, execute=_rand2, cost=_cost, rules=COMPUTE_RULES + (_gen4, _rand2_rules),
          categories={GENERATE, RANDOM})
 
 # The generator state as the engines expose it: XORWOW keeps 6 32-bit words per lane (24 on the Vector
@@ -91,16 +161,30 @@ register("rand2", engines={"vector"}, execute=_rand2, cost=_cost, rules=COMPUTE_
 STATE_WORDS = {"gpsimd": 6, "vector": 24}
 
 
+STATE_DTYPE = Documented("rng-state-dtype", ("dst", "src_seeds"), None, "the state tile is uint32")
+STATE_SIZE = Documented("rng-state", ("dst", "src_seeds"), None,
+                        "the state tile holds 6 words per partition on GpSimd, 24 on the Vector Engine")
+STATE_BUFFER = Documented("rng-state-buffer", ("dst", "src_seeds"), None,
+                          "src_seeds is in SBUF; dst in SBUF (PSUM too on the Vector Engine of NeuronCore-v4)")
+
+
+@documents(STATE_DTYPE, STATE_SIZE, STATE_BUFFER, STATE_ENGINE)
 def _state_rule(ins, program, target):
-    ap = (ins.dst or ins.src).get("dst") or ins.src.get("src_seeds")
-    spec = program.tensor_of(ap)
+    """The engine's version, the buffer, dtype and words of the generator-state tile."""
+    role = "dst" if ins.dst else "src_seeds"
+    ap = ins.dst.get("dst") or ins.src["src_seeds"]
+    _engine_rule(ins, program, target, STATE_ENGINE, role, gpsimd_from="gen3", vector_from="gen4")
+    if program.tensor_of(ap).buffer == "psum" and (role == "src_seeds" or ins.engine != "vector"):
+        raise STATE_BUFFER.fail(f"{role} must be in SBUF", ins, program, role)
     want = STATE_WORDS[ins.engine]
-    if spec.dtype != "uint32" or ap.size // max(1, ap.shape[0]) != want:
-        raise fail("rng-state", f"the state tile must be uint32 with {want} elements per partition on the "
-                   f"{ins.engine} engine", ins, program, "dst" if ins.dst else "src_seeds")
-    if target.nc_version == "gen2":
-        raise fail("target-support", f"{ins.opcode} is available on NeuronCore-v3 and newer", ins, program,
-                   "dst" if ins.dst else "src_seeds")
+    if program.tensor_of(ap).dtype != "uint32":
+        raise STATE_DTYPE.fail("the state tile must be uint32", ins, program, role)
+    if ap.size // max(1, ap.shape[0]) != want:
+        raise STATE_SIZE.fail(f"the state tile must hold {want} uint32 words per partition on the {ins.engine} "
+                              "engine", ins, program, role)
+
+
+_gen3 = target_gate("gen3", role=None)   # the rand_get_state / rand_set_state pages: NeuronCore-v3 and newer
 
 
 def _get_state(ins, src, dst, ctx):
@@ -119,6 +203,6 @@ def _set_state(ins, src, dst, ctx):
 
 _state_cost = lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(STATE_WORDS[ins.engine]), t, ins.engine)  # noqa: E731
 register("rand_get_state", engines={"gpsimd", "vector"}, execute=_get_state, cost=_state_cost,
-         rules=COMPUTE_RULES + (_state_rule,), categories={GENERATE, RANDOM})
+         rules=COMPUTE_RULES + (_gen3, _state_rule), categories={GENERATE, RANDOM})
 register("rand_set_state", engines={"gpsimd", "vector"}, execute=_set_state, cost=_state_cost,
-         rules=COMPUTE_RULES + (_state_rule,), categories={GENERATE, RANDOM})
+         rules=COMPUTE_RULES + (_gen3, _state_rule), categories={GENERATE, RANDOM})

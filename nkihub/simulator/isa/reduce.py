@@ -75,11 +75,10 @@ def _reduce_cost(ins, program, target):
     return cr.seconds(max(cr.MIN_II_CYCLES, n / 2 if bf16_fast else n), target, "vector")
 
 
-documents(_reduce_rules,
-          Documented("reduce-axis", ("data",), None, "axis names free axes only (axis 0 is the partition dim)"),
+documents(Documented("reduce-axis", ("data",), None, "axis names free axes only (axis 0 is the partition dim)"),
           Documented("reduce-op", ("data",), None, "op is a reduction operator (add, max, ...)"),
           Documented("reduce-output-shape", ("dst",), None, "dst's elements per partition are consistent with "
-                     "axis (1 when every free axis is reduced)"))
+                     "axis (1 when every free axis is reduced)"))(_reduce_rules)
 
 
 register("tensor_reduce", engines={"vector"}, execute=_tensor_reduce, cost=_reduce_cost, bind=_reduce_bind,
@@ -140,9 +139,8 @@ def _bn_stats_bind(ins, src, dst, sc):
     return step
 
 
-documents(_bn_stats_rules,
-          Documented("bn-stats-size", ("data",), None, "at most 512 elements per partition (bn_stats_fmax)"),
-          Documented("bn-stats-shape", ("dst",), None, "dst holds 6 elements per partition"))
+documents(Documented("bn-stats-size", ("data",), None, "at most 512 elements per partition (bn_stats_fmax)"),
+          Documented("bn-stats-shape", ("dst",), None, "dst holds 6 elements per partition"))(_bn_stats_rules)
 
 
 register("bn_stats", engines={"vector"}, execute=_bn_stats, bind=_bn_stats_bind,
@@ -194,9 +192,8 @@ def _bn_aggr_bind(ins, src, dst, sc):
     return step
 
 
-documents(_bn_aggr_rules,
-          Documented("bn-aggr-shape", ("data", "dst"), None,
-                     "data holds (count, mean, var*count) triples; dst holds (mean, variance)"))
+documents(Documented("bn-aggr-shape", ("data", "dst"), None,
+                     "data holds (count, mean, var*count) triples; dst holds (mean, variance)"))(_bn_aggr_rules)
 
 
 register("bn_aggr", engines={"vector"}, execute=_bn_aggr, bind=_bn_aggr_bind,

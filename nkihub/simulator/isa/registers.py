@@ -11,7 +11,7 @@ import numpy as np
 
 from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa.base import f32, register
-from nkihub.simulator.rules import fail
+from nkihub.simulator.rules import Documented, documents
 
 _I32 = np.iinfo(np.int32)
 
@@ -43,14 +43,19 @@ def _store(ins, src, dst, ctx):
 
 
 def _one_element(role: str):
+    """Rule factory: operand ``role`` is one element (a register, or the scalar tensor a register loads from
+    or stores to), not in PSUM (the register_load / register_store pages: a scalar tensor in HBM or SBUF)."""
+    size = Documented("register-operand", (role,), None, f"'{role}' holds one element (a scalar tensor)")
+    where = Documented("register-buffer", (role,), None, f"'{role}' is in HBM or SBUF, not PSUM")
+
+    @documents(size, where)
     def rule(ins, program, target):
         ap = ins.src.get(role) or ins.dst.get(role)
         if ap.size != 1:
-            raise fail("register-operand", f"a register holds one value; '{role}' has {ap.size} elements "
-                       f"(shape {ap.shape})", ins, program, role)
+            raise size.fail(f"a register holds one value; '{role}' has {ap.size} elements (shape {ap.shape})",
+                            ins, program, role)
         if program.tensor_of(ap).buffer == "psum":
-            raise fail("register-operand", "registers load from and store to HBM or SBUF, not PSUM",
-                       ins, program, role)
+            raise where.fail("registers load from and store to HBM or SBUF, not PSUM", ins, program, role)
     return rule
 
 

@@ -147,10 +147,9 @@ def _cumulative(ins, src, dst, ctx):
         store(dst["acc"], np.broadcast_to(reg, (p, 1)).reshape(dst["acc"].shape))
 
 
-documents(_cumulative_rules,
-          Documented("cumulative-op", ("dst",), None, "op1 is add, subtract, multiply, maximum or minimum"),
+documents(Documented("cumulative-op", ("dst",), None, "op1 is add, subtract, multiply, maximum or minimum"),
           Documented("reduce-cmd", ("dst",), None, "reduce_cmd is reset_reduce, load_reduce or reduce"),
-          Documented("dtype", ("src", "dst"), None, "int32/uint32 are not supported (an ISA limitation)"))
+          Documented("dtype", ("src", "dst"), None, "int32/uint32 are not supported (an ISA limitation)"))(_cumulative_rules)
 
 
 register("tensor_scalar_cumulative", rows=True, engines={"vector"}, execute=_cumulative,

@@ -10,7 +10,8 @@ from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import ELEMENTWISE, REDUCE, f32, fit, free_elems, reduce_res_read, register, store
 from nkihub.simulator.isa.elementwise import _act_rules, _engine_cost, _reduce_into, operand, reduce_ops
 from nkihub.simulator.rules import (COMPUTE_RULES, Documented, cited_same_free_size, cited_same_partitions,
-                                     column_operand, documents, exact_partitions, fail, operand_dtype, partitions)
+                                     column_operand, documents, exact_partitions, fail, operand_dtype, partitions,
+                                     target_gate)
 
 TOP = 8  # the top-8 instructions always produce 8 values per partition
 TOP_INPUT_MAX = 16384   # max8 / nc_find_index8 / nc_match_replace8 pages: at most 16,384 elements per partition
@@ -32,8 +33,8 @@ def _comparisons(ins, program, target):
                        ins, program, "on_true_tile")
 
 
-documents(_comparisons, Documented("range-select-op", ("on_true_tile",), None,
-                                   "comp_op0/comp_op1 are equal, less, less_equal, greater or greater_equal"))
+documents(Documented("range-select-op", ("on_true_tile",), None,
+                                   "comp_op0/comp_op1 are equal, less, less_equal, greater or greater_equal"))(_comparisons)
 
 
 def _select_reduce(ins, src, dst, ctx):
@@ -61,10 +62,7 @@ register("select_reduce", rows=True, engines={"vector"}, execute=_select_reduce,
          categories={ELEMENTWISE, REDUCE}, reads_dst=reduce_res_read)
 
 
-def _gen3_only(ins, program, target):
-    if target.nc_version == "gen2":
-        raise fail("target-support", f"{ins.opcode} is available on NeuronCore-v3 and newer, not on "
-                   f"{target.name}", ins, program, "dst")
+_gen3_only = target_gate("gen3")   # range_select, topk: their pages (NeuronCore-v3 and newer)
 
 
 def _range_select(ins, src, dst, ctx):
@@ -84,7 +82,6 @@ def _range_select(ins, src, dst, ctx):
     _reduce_into(ins, src, dst, y)
 
 
-documents(_gen3_only, Documented("target-support", ("dst",), None, "NeuronCore-v3 (trn2) and newer"))
 
 
 register("range_select", rows=True, engines={"vector"}, execute=_range_select,
@@ -111,8 +108,8 @@ def _top8_rules(*roles):
             raise fail("top8-shape", f"the input holds {n} elements per partition; between {TOP} and "
                        f"{TOP_INPUT_MAX}", ins, program, "data" if "data" in ins.src else "src")
     rule.__doc__ = f"Operands {', '.join(roles)} hold {TOP} elements per partition."
-    return documents(rule, Documented("top8-shape", roles, None, f"{', '.join(roles)} hold {TOP} elements per "
-                                      f"partition; the input {TOP} to {TOP_INPUT_MAX}"))
+    return documents(Documented("top8-shape", roles, None, f"{', '.join(roles)} hold {TOP} elements per "
+                                      f"partition; the input {TOP} to {TOP_INPUT_MAX}"))(rule)
 
 
 def _top8_cost(ins, program, target):

@@ -20,7 +20,7 @@ import numpy as np
 from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa.base import CROSS_PARTITION, REDUCE, f32, register, store
 from nkihub.simulator.isa.select import _gen3_only
-from nkihub.simulator.rules import COMPUTE_RULES, fail, partitions
+from nkihub.simulator.rules import COMPUTE_RULES, Documented, documents, partitions
 
 GROUP = 16
 N_RANGE = (8, 65536)     # 8 <= n < 65536
@@ -59,37 +59,47 @@ def _free_shape(view) -> int:
     return view.size // max(1, view.shape[0])
 
 
+_PAGE = "nki.isa.topk"
+DTYPE = Documented("dtype", ("src", "val_dst", "idx_dst"), _PAGE, "src and val_dst are bfloat16, idx_dst uint32")
+GROUPS = Documented("topk-partitions", ("src",), _PAGE, "src spans a multiple of 16 partitions (one problem each)")
+SAME_PARTITIONS = Documented("partition-mismatch", ("val_dst", "idx_dst"), _PAGE,
+                             "val_dst and idx_dst span src's partitions")
+N = Documented("topk-n", ("src",), _PAGE, "8 <= n < 65536")
+K = Documented("topk-k", ("val_dst",), _PAGE, "k, val_dst's free size: 1 <= k < 32768 and k <= n")
+INDICES = Documented("topk-indices", ("idx_dst",), _PAGE, "idx_dst holds k indices per partition")
+SOURCE = Documented("topk-src-size", ("src",), _PAGE, "src holds ceil(n / 16) positions per partition")
+
+
+@documents(DTYPE, GROUPS, SAME_PARTITIONS, N, K, INDICES, SOURCE)
 def _rules(ins, program, target):
     """bf16 source and values, uint32 indices, in SBUF; partitions a multiple of 16, the same for all
     three; 8 <= n < 65536; 1 <= k < 32768 and k <= n; the source holds ceil(n / 16) positions; the
-    index tile has k per partition; NeuronCore-v3 or newer."""
-    _gen3_only(ins, program, target)
+    index tile has k per partition (NeuronCore-v3 or newer: ``_gen3_only`` on the row)."""
     want = {"src": "bfloat16", "val_dst": "bfloat16", "idx_dst": "uint32"}
     for role, dt in want.items():
         ap = ins.src.get(role) or ins.dst[role]
         if program.tensors[ap.tensor].dtype != dt:
-            raise fail("dtype", f"topk takes '{role}' as {dt}", ins, program, role, ap)
+            raise DTYPE.fail(f"topk takes '{role}' as {dt}", ins, program, role, ap)
     src = ins.src["src"]
     parts = partitions(src)
     if parts % GROUP:
-        raise fail("topk-shape", f"spans {parts} partitions; topk works on groups of {GROUP}", ins, program,
-                   "src", src)
+        raise GROUPS.fail(f"spans {parts} partitions; topk works on groups of {GROUP}", ins, program, "src", src)
     for role in ("val_dst", "idx_dst"):
         if partitions(ins.dst[role]) != parts:
-            raise fail("partition-mismatch", f"spans {partitions(ins.dst[role])} partitions but 'src' spans "
-                       f"{parts}", ins, program, role, ins.dst[role])
+            raise SAME_PARTITIONS.fail(f"spans {partitions(ins.dst[role])} partitions but 'src' spans {parts}",
+                                       ins, program, role, ins.dst[role])
     n, k = int(ins.attrs["n"]), _free(ins.dst["val_dst"])
     if not N_RANGE[0] <= n < N_RANGE[1]:
-        raise fail("topk-shape", f"n = {n}; topk needs {N_RANGE[0]} <= n < {N_RANGE[1]}", ins, program, "src", src)
+        raise N.fail(f"n = {n}; topk needs {N_RANGE[0]} <= n < {N_RANGE[1]}", ins, program, "src", src)
     if not 1 <= k < K_LIMIT or k > n:
-        raise fail("topk-shape", f"k = {k} (the free size of val_dst); topk needs 1 <= k < {K_LIMIT} and "
-                   f"k <= n = {n}", ins, program, "val_dst", ins.dst["val_dst"])
+        raise K.fail(f"k = {k} (the free size of val_dst); topk needs 1 <= k < {K_LIMIT} and k <= n = {n}",
+                     ins, program, "val_dst", ins.dst["val_dst"])
     if _free(ins.dst["idx_dst"]) != k:
-        raise fail("topk-shape", f"holds {_free(ins.dst['idx_dst'])} indices per partition; val_dst holds "
-                   f"k = {k}", ins, program, "idx_dst", ins.dst["idx_dst"])
+        raise INDICES.fail(f"holds {_free(ins.dst['idx_dst'])} indices per partition; val_dst holds k = {k}",
+                           ins, program, "idx_dst", ins.dst["idx_dst"])
     if _free(src) * GROUP < n:
-        raise fail("topk-shape", f"holds {_free(src)} positions per partition; n = {n} needs "
-                   f"ceil(n / 16) = {-(-n // GROUP)}", ins, program, "src", src)
+        raise SOURCE.fail(f"holds {_free(src)} positions per partition; n = {n} needs ceil(n / 16) = "
+                          f"{-(-n // GROUP)}", ins, program, "src", src)
 
 
 def _cost(ins, program, target):
@@ -98,5 +108,5 @@ def _cost(ins, program, target):
     return cr.seconds(cr.GPSIMD_FIXED_CYCLES + 4 * n + k, target, "gpsimd")
 
 
-register("topk", engines={"gpsimd"}, execute=_topk, cost=_cost, rules=COMPUTE_RULES + (_rules,),
+register("topk", engines={"gpsimd"}, execute=_topk, cost=_cost, rules=COMPUTE_RULES + (_gen3_only, _rules),
          categories={REDUCE, CROSS_PARTITION})   # a result draws on its group's 16 partitions

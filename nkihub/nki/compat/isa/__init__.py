@@ -201,7 +201,7 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
     try:
         expr = expr + AffineExpr(on_true_tile.shape, {}, 0)   # the grid of the tile
     except ValueError:
-        raise _nisa.refuse("shape-mismatch", f"affine_select: the predicate's index grid {expr.shape} does not "
+        raise _nisa._refuse("shape-mismatch", f"affine_select: the predicate's index grid {expr.shape} does not "
                            f"broadcast to on_true_tile's shape {tuple(on_true_tile.shape)}", "on_true_tile",
                            on_true_tile) from None
     pattern, offset, cm = _affine_pattern(expr)
@@ -257,7 +257,7 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
     from nkihub.simulator.isa.partition import default_transpose_axes
     order = list(axes) if axes else default_transpose_axes(src.ndim)
     out = _nl.ndarray(tuple(src.shape[a] for a in order), dtype or src.dtype, buffer=_nl.sbuf, name="dma_t")
-    return _emit(_nisa.dma_transpose, out, mask, src, axes=axes)
+    return _emit(_nisa.dma_transpose, out, mask, src, axes=axes, dge_mode=kwargs.get("dge_mode"))
 
 
 def dropout(data, prob, *, mask=None, dtype=None, **kwargs):
