@@ -7,12 +7,14 @@ differently, measured on the library kernels (see docs/simulator.md):
   copied in, outputs copied out), in one arena laid out by liveness (``simulator.memory``), so every
   operand view is built once. Each instruction becomes a step: its row's ``bind``
   (``simulator.isa.fast``) resolves views, broadcasts, fp32 work arrays and ALU functions at bind time; a
-  row without a bind runs its ``execute`` on the bound views. A Program's first call runs unbound (the
-  rows' ``execute`` on views made as it goes): the batched plan replaces the steps on the next call.
+  row without a bind runs its ``execute`` on the bound views. The steps are bound on a Program's first
+  call and run until the batched plan replaces them.
 - **Fast exact casts** (``simulator.convert``) and one ``np.errstate`` per run instead of one per call.
-- **Batched** (from the second call, ``simulator.batching``): independent same-shaped instructions
-  run as one stacked operation, shared at run time between two lanes (``simulator.schedule``,
-  ``simulator.threads``); in windows when the renamed storage would pass ``NKIHUB_SIM_BATCH_MEMORY``.
+- **Batched** (``simulator.batching``): independent same-shaped instructions run as one stacked
+  operation, shared at run time between two lanes (``simulator.schedule``, ``simulator.threads``); in
+  windows when the renamed storage would pass ``NKIHUB_SIM_BATCH_MEMORY``. The plan is made a slice after
+  each call, within ``NKIHUB_SIM_PLAN_BUDGET`` (a share) of the call's time, so no call pays all of it,
+  and used from the call after it is complete.
 - **Memory returned.** After a run, an arena whose pages cost little to fault in again next to the run
   hands them back; what the process keeps between runs (arenas, plans, steps) is capped by
   ``NKIHUB_SIM_KEEP_MEMORY``, least recently used first (``simulator.memory``).
@@ -132,22 +134,6 @@ def run_steps(steps, instructions, ctx) -> None:
         raise SimulationError(f"{ins.opcode} failed in the simulator: {exc}", loc=ins.loc) from exc
 
 
-def run_direct(rp: "Replay", ws: "_Workspace", ctx) -> None:
-    """Run every instruction's ``execute`` on views of the workspace, made as it goes (the reference's
-    way): a Program's first call, which binding would not pay back before the batched plan replaces it."""
-    i, instructions = 0, rp.program.instructions
-    try:
-        for i, ins in enumerate(instructions):
-            src = {r: ws.view(rp, ap, False) for r, ap in ins.src.items()}
-            dst = {r: ws.view(rp, ap) for r, ap in ins.dst.items()}
-            opdef(ins.opcode).execute(ins, src, dst, ctx)
-    except Exception as exc:  # a simulator defect or an unchecked rule: say where
-        if is_kernel_error(exc):
-            raise
-        ins = instructions[i]
-        raise SimulationError(f"{ins.opcode} failed in the simulator: {exc}", loc=ins.loc) from exc
-
-
 def run_batched(steps, ctx) -> None:
     """Run a batched plan's steps on one lane (its errors are located by the unbatched replay)."""
     for step in steps:
@@ -158,8 +144,7 @@ class _Workspace:
     """Buffers of one Program's tensors in one arena (``simulator.memory``, laid out by ``_Layout``) and
     the steps bound to them (one per instruction, or one per group of ``batches``)."""
 
-    def __init__(self, rp: "Replay", batches: Batches | None = None, lanes: int = 1, bound: bool = True,
-                 defer: bool = False):
+    def __init__(self, rp: "Replay", batches: Batches | None = None, lanes: int = 1, defer: bool = False):
         lay = rp._layout(batches)
         self.arena = Arena(lay.kept, lay.released)
         self.bufs = [None] * len(rp._specs)
@@ -184,8 +169,7 @@ class _Workspace:
             return
         self.lanes = 1
         self.steps, self.where = None, rp.program.instructions
-        if bound:
-            self.bind(rp)
+        self.bind(rp)
 
     def bind_plan(self, rp: "Replay"):
         """Bind the batched plan's steps to this workspace, a level at a time (a generator yielding after
@@ -218,9 +202,19 @@ class _Workspace:
         self.steps, self.step_bytes = steps, STEP_BYTES * len(steps)
 
     def view(self, rp: "Replay", ap, writeable: bool = True) -> np.ndarray:
+        """The view of access pattern ``ap`` in its tensor's buffer (``ndarray`` over the buffer: a third
+        of ``executor.strided``'s cost, which binding pays per operand; that one where numpy refuses)."""
         i = rp._index[ap.tensor]
-        item = rp._dtypes[i].itemsize
-        return strided(self.bufs[i], ap.offset, ap.shape, tuple(s * item for s, _ in ap.dims), writeable)
+        buf = self.bufs[i]
+        item = buf.itemsize
+        strides = tuple(s * item for s, _ in ap.dims)
+        try:
+            v = np.ndarray(ap.shape, buf.dtype, buf, ap.offset * item, strides)
+        except (TypeError, ValueError):
+            return strided(buf, ap.offset, ap.shape, strides, writeable)
+        if not writeable:
+            v.flags.writeable = False
+        return v
 
     def _load_constants(self, rp: "Replay") -> None:
         for i, spec in enumerate(rp._specs):
@@ -511,8 +505,6 @@ class Replay:
             tasks = [lambda lane=lane: ws.schedule.run_lane(lane, run, ctx) for lane in range(ws.lanes)]
         elif ws.batches is not None:
             tasks = [lambda: run_batched(ws.steps, ctx)]
-        elif ws.steps is None:
-            tasks = [lambda: run_direct(self, ws, ctx)]
         else:
             tasks = [lambda: run_steps(ws.steps, ws.where, ctx)]
         if config.fast_threads() == 0:     # the calling thread, thread pools as they are
