@@ -11,7 +11,7 @@ ratios that ``nkihub.simulator.uncertainty`` should hold, from the held-out rows
     git clone https://github.com/aws-neuron/aws-neuron-sdk /path/snapshots/aws-neuron+aws-neuron-sdk
     ...                                  (one per repository the rows name: see rows.toml)
     .venv/bin/python benchmarks/bench_calibration.py --snapshots /path/snapshots
-    .venv/bin/python benchmarks/bench_calibration.py --only docs-mamba-v2-4096ch --only accelopt-rope
+    .venv/bin/python benchmarks/bench_calibration.py --only docs-mamba-v2-4096ch,accelopt-rope
 
 Estimates are the cost model's; measurements are what their sources report (different SDK versions, p50 or
 p99 as each row says). Rows whose snapshot is missing, or that the simulator cannot run, are listed, not
@@ -140,16 +140,17 @@ def main(argv=None) -> int:
                         help="folder of git snapshots or clones (default: $NKIHUB_SNAPSHOTS, else /work/.mirror)")
     parser.add_argument("--scratch", default=os.environ.get("NKIHUB_CALIBRATION_SCRATCH", "/tmp/nkihub-calibration"),
                         help="where the kernels' files are written and imported from (outside the repository)")
-    parser.add_argument("--only", action="append", help="row id(s) to run")
+    parser.add_argument("--only", action="append", help="row id(s) to run: repeated, or comma-separated")
     parser.add_argument("--out", default="out/bench")
     args = parser.parse_args(argv)
+    only = {i.strip() for o in args.only or () for i in o.split(",") if i.strip()}
     roots = args.snapshots or [os.environ.get("NKIHUB_SNAPSHOTS", "/work/.mirror")]
     snaps = Snapshots(roots, Path(args.scratch))
     results = []
     print(f"{'row':34s} {'kind':13s} {'target':6s} {'split':8s} {'estimate us':>13s} {'measured us':>13s} "
           f"{'ratio':>6s}")
     for row in load():
-        if args.only and row.id not in args.only:
+        if only and row.id not in only:
             continue
         res = {k: getattr(row, k) for k in ("id", "kind", "target", "split", "measured_us", "source", "where")}
         if row.excluded:

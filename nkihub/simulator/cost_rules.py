@@ -38,9 +38,22 @@ FP8_DOUBLE_ROW_SPEEDUP = 2         # v3+ double-row fp8 mode
 # -- DMA -------------------------------------------------------------------------------------------------
 DMA_FIXED_LATENCY_S = 1.3e-6       # trigger to start
 DMA_DESCRIPTOR_S = 0.6e-6          # descriptor generation per hardware DMA instruction
+# On v3+ descriptors come from a hardware DGE, which generates them one instruction at a time: "Each
+# DGE-based DMA instruction takes about 600 ns to execute on NeuronCore-v3" (the NKI docs' Trainium2
+# architecture page, "Descriptor Generation Engine"); a core has Target.dge_instances of them. For a DMA with
+# dge_mode=hwdge the scheduler holds one DGE for DMA_DESCRIPTOR_S, so such a stream triggers at most one DMA
+# per 0.6 us per DGE. Other DMAs (dge_mode none: descriptors made by the runtime before the run; unknown:
+# the compiler's choice, not published) and every DMA on v2 (no DGE) overlap it across the DMA queues.
 DMA_PARTITIONS_PER_ENGINE = 8      # a 128-partition transfer spreads 8 partitions per engine
 DMA_OVERHEAD_BOUND_BYTES = 512     # under ~512 B contiguous per partition: overhead-bound
 DMA_FULL_BW_BYTES = 2048           # 2-4 KiB contiguous per partition reaches full bandwidth
+# dma_transpose on v3+ (the NKI docs' Trainium2 architecture page, "DMA Transpose"): all 16 engines write one
+# [128, 16] SBUF block at a time; from HBM it "can achieve up to 90% DMA throughput utilization given
+# hardware-friendly tensor access patterns", SBUF to SBUF "up to 50%". Hardware-friendly: the output's
+# partitions a multiple of 128 and its innermost free size a multiple of 16. Other shapes run "at the cost of
+# DMA performance", by an amount not published: they get the same rate (an optimistic estimate).
+DMA_TRANSPOSE_HBM_EFFICIENCY = 0.9
+DMA_TRANSPOSE_SBUF_EFFICIENCY = 0.5
 # Bandwidth fraction of an overhead-bound transfer: not published (estimate, see dma_efficiency).
 DMA_OVERHEAD_BOUND_FLOOR = 0.25
 # Queues: hardware.md gives 16 DMA engines per core; each is modelled as one in-order queue holding one
@@ -123,6 +136,13 @@ def dma_transfer_s(total_bytes: int, partitions: int, contiguous_bytes: int, tar
     descriptor generation or fixed latency: the scheduler adds those, as they overlap across queues)."""
     bw = target.dma_bytes_per_s_per_engine * dma_engines(partitions, target) * dma_efficiency(contiguous_bytes)
     return total_bytes / bw
+
+
+def dma_transpose_s(total_bytes: int, from_hbm: bool, target) -> float:
+    """Seconds of data movement of a ``dma_transpose`` on v3+: all the core's DMA engines at DMA_TRANSPOSE_HBM_EFFICIENCY of their bandwidth from HBM, at
+    DMA_TRANSPOSE_SBUF_EFFICIENCY from SBUF."""
+    eff = DMA_TRANSPOSE_HBM_EFFICIENCY if from_hbm else DMA_TRANSPOSE_SBUF_EFFICIENCY
+    return total_bytes / (target.dma_bytes_per_s_per_engine * target.dma_engines * eff)
 
 
 def innermost_stride_bytes(ap, itemsize: int) -> int:

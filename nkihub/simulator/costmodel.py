@@ -345,6 +345,10 @@ def schedule(program: Program, target=None) -> Schedule:
     gap = {e: cr.ACCESS_START_CYCLES / target.clock_hz(e) for e in COMPUTE_QUEUES}
     issuer = issue.Issuer(plan.family, policy.window, policy.dma_in_order)
     last_dma = -1   # the DMA triggered last (program-order issue: the next one is not triggered earlier)
+    # Hardware DGEs (v3+): each generates one dge_mode=hwdge DMA's descriptors at a time
+    # (cost_rules.DMA_DESCRIPTOR_S). A program-order DMA stream (nki kernels: one trigger engine) uses one;
+    # otherwise all the core has. Other DMAs' descriptors are made before the run (or by software DGE).
+    dge_free = [0.0] * (min(1, target.dge_instances) if policy.dma_in_order else target.dge_instances)
 
     def ready(i: int) -> tuple[float, int]:
         t, binding = 0.0, -1
@@ -395,6 +399,11 @@ def schedule(program: Program, target=None) -> Schedule:
             start, blocker = ports.earliest(start, cost, q, port_use)
             if blocker >= 0:
                 pred, why = blocker, "port"
+        if is_dma and dge_free and ins.attrs.get("dge_mode") == "hwdge":
+            k = min(range(len(dge_free)), key=dge_free.__getitem__)
+            if dge_free[k] > start:
+                start, pred, why = dge_free[k], (last_dma if last_dma >= 0 else pred), "queue"
+            dge_free[k] = start + cr.DMA_DESCRIPTOR_S
         if is_dma:
             last_dma = idx
             spread = plan.spread[idx]

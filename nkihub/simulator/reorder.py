@@ -11,6 +11,15 @@ HBM, collectives, random-number state, prints) stays in program order. Every rea
 write-after-read and write-after-write on overlapping memory keeps its order, so the values computed are
 those of the original order; only lifetimes (and so the allocation and the cost model's timeline) change.
 
+When that order does not fit either, a kernel may still fit with two perfectly nested ``affine_range`` loops
+interchanged (``affine_interchanges``): the iterations of an ``affine_range`` are independent (the
+``affine_range`` reference: "no loop-carried dependencies", the compiler is free to reorder and overlap
+them), so the compiler may run the inner loop's iterations outermost, which ends a tile read across the
+outer loop's iterations sooner (the NKI kernel-optimization tutorial's blocked matmul v4 keeps both
+``rhs`` column blocks live across its ``bm`` x ``bn`` loop nest, 256 KiB per partition, and compiled and
+ran on trn2). Only loops the validator accepted as ``affine_range`` are interchanged, and a kernel whose
+tiles fit in no order tried is still rejected.
+
 Overlap is judged on each access's covering box (partitions x bytes per partition on chip, the byte
 extent in HBM), which is conservative: a false overlap only keeps an order the kernel already had.
 """
@@ -104,6 +113,72 @@ def demand_order(program: Program) -> list[int] | None:
     return None if out == list(range(len(ins))) else out
 
 
+def _perfect_nests(program: Program) -> dict[tuple, list[tuple[int, int]]]:
+    """Perfectly nested pairs of ``affine_range`` loops, grouped by source: (outer loop's source line,
+    inner loop's source line) -> [(outer loop id, depth of the outer loop in ``Instruction.loops``)]. A pair
+    is perfect when every instruction of every outer iteration runs inside that iteration's one inner loop,
+    and every inner loop has the same trip count."""
+    inner: dict[tuple[int, int, int], set] = {}   # (outer id, depth, outer iteration) -> inner loop ids
+    broken: set[int] = set()
+    for ins in program.instructions:
+        for depth, (lid, it) in enumerate(ins.loops):
+            if program.loops[lid].kind != "affine" or lid in broken:
+                continue
+            if depth + 1 >= len(ins.loops) or program.loops[ins.loops[depth + 1][0]].kind != "affine":
+                broken.add(lid)
+                continue
+            inner.setdefault((lid, depth, it), set()).add(ins.loops[depth + 1][0])
+    by_outer: dict[tuple[int, int], list[set]] = {}
+    for (lid, depth, _), ids in inner.items():
+        by_outer.setdefault((lid, depth), []).append(ids)
+    out: dict[tuple, list[tuple[int, int]]] = {}
+    for (lid, depth), sets in by_outer.items():
+        if lid in broken or any(len(ids) != 1 for ids in sets):
+            continue
+        inner_ids = [next(iter(ids)) for ids in sets]
+        if len({program.loops[i].trip_count for i in inner_ids}) != 1 or len(sets) < 2:
+            continue
+        outer_loc, inner_loc = program.loops[lid].loc, program.loops[inner_ids[0]].loc
+        key = (outer_loc.to_json() if outer_loc else lid, inner_loc.to_json() if inner_loc else None)
+        out.setdefault(repr(key), []).append((lid, depth))
+    return out
+
+
+def interchanged_order(program: Program, nests: list[tuple[int, int]]) -> list[int]:
+    """A permutation of ``program.instructions`` in which each (outer affine loop id, depth) of ``nests``
+    runs with its inner loop outermost: inside the outer loop's span the instructions are ordered by
+    (inner iteration, outer iteration), stably."""
+    chosen = dict(nests)
+    order = list(range(len(program.instructions)))
+    ins = program.instructions
+    i = 0
+    while i < len(order):
+        loops = ins[order[i]].loops
+        hit = next(((lid, d) for d, (lid, _) in enumerate(loops) if chosen.get(lid) == d), None)
+        if hit is None:
+            i += 1
+            continue
+        lid, depth = hit
+        j = i
+        while j < len(order) and len(ins[order[j]].loops) > depth and ins[order[j]].loops[depth][0] == lid:
+            j += 1
+        order[i:j] = sorted(order[i:j], key=lambda k: (ins[k].loops[depth + 1][1], ins[k].loops[depth][1]))
+        i = j
+    return order
+
+
+def affine_interchanges(program: Program) -> list[list[int]]:
+    """Instruction orders to try when the kernel's tiles do not fit: each source-level perfect nest of two
+    ``affine_range`` loops interchanged on its own, then all of them together (at most
+    ``MAX_INTERCHANGES`` + 1 orders)."""
+    nests = list(_perfect_nests(program).values())[:MAX_INTERCHANGES]
+    groups = [g for g in nests] + ([sum(nests, [])] if len(nests) > 1 else [])
+    return [interchanged_order(program, g) for g in groups]
+
+
+MAX_INTERCHANGES = 8   # source-level loop nests tried one at a time
+
+
 def allocate_in_demand_order(program: Program, target, allocate):
     """``allocate(program, target)``; when the tiles do not fit (sbuf-capacity / psum-capacity) and the
     Program has no directly placed tensors, retry once with its instructions in ``demand_order``. Raises
@@ -115,15 +190,20 @@ def allocate_in_demand_order(program: Program, target, allocate):
         if exc.rule not in ("sbuf-capacity", "psum-capacity") or \
                 any(getattr(s, "pinned", False) for s in program.tensors.values()):
             raise
-        order = demand_order(program)
-        if order is None:
-            raise
         original = program.instructions
-        program.instructions = [original[i] for i in order]
-        try:
-            result = allocate(program, target)
-        except KernelRuleError:
-            program.instructions = original
-            raise exc from None
-        program.meta["instruction_order"] = "demand"
-        return result
+        attempts = [("demand", None)] + [("affine interchange", o) for o in affine_interchanges(program)]
+        for how, base in attempts:
+            program.instructions = original if base is None else [original[i] for i in base]
+            order = demand_order(program)
+            if order is None and base is None:
+                continue
+            if order is not None:
+                program.instructions = [program.instructions[i] for i in order]
+            try:
+                result = allocate(program, target)
+            except KernelRuleError:
+                continue
+            program.meta["instruction_order"] = how
+            return result
+        program.instructions = original
+        raise exc from None

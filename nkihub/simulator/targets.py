@@ -41,6 +41,10 @@ class Target:
     fp8_double_row: bool                  # fp8 double-row matmul mode (v3 and newer)
     shared_port_limits: bool              # v2: Vector/GpSimd share SBUF port, Vector/Scalar share PSUM port
     moving_fmax_fp32: int                 # nc_matmul moving free size (fp32 dst)
+    # Hardware descriptor generation engines (DGE) per core: v3+ have two, commanded from the Sync and the
+    # Scalar Engine sequencers (the NKI docs' Trainium2 architecture page, "Descriptor Generation Engine");
+    # v2 has none (descriptors are static, made on the host, or software DGE on GpSimd).
+    dge_instances: int = 0
 
     # -- limits common to all generations (NKI ISA reference) --
     stationary_fmax: int = 128            # nc_matmul stationary free size
@@ -92,6 +96,7 @@ TRN2 = Target(
     hbm_bytes_per_chip=96 * GIB, hbm_bytes_per_s_per_chip=2.9e12,
     dma_engines=16, dma_bytes_per_s_per_engine=23e9,
     psum_bf16_allowed=False, fp8_double_row=True, shared_port_limits=False, moving_fmax_fp32=512,
+    dge_instances=2,
 )
 
 TRN3 = Target(
@@ -105,6 +110,7 @@ TRN3 = Target(
     hbm_bytes_per_chip=144 * GIB, hbm_bytes_per_s_per_chip=4.7e12,
     dma_engines=16, dma_bytes_per_s_per_engine=33e9,
     psum_bf16_allowed=True, fp8_double_row=True, shared_port_limits=False, moving_fmax_fp32=4096,
+    dge_instances=2,
 )
 
 TARGETS: dict[str, Target] = {t.name: t for t in (TRN1, TRN2, TRN3)}

@@ -200,3 +200,67 @@ def test_the_last_resort_search_handles_thousands_of_tiles():
     addrs, proven = _search(units, 4096, SBUF_ALIGN_BYTES, budget=10_000)
     assert addrs is not None and not proven and len(addrs) == 3000
     assert all(addrs[a] != addrs[b] for a, b in zip(units, units[1:]))   # neighbours overlap in time
+
+
+# -- affine_range loops interchanged when no program order fits (simulator.reorder) ---------------------------
+# The NKI kernel-optimization tutorial's blocked matmul (v4) loads two column blocks of rhs, then runs a
+# bm x bn affine_range nest in which block bn is read at (0, bn) and again at (1, bn): in program order both
+# blocks are live from (0, 1) to (1, 0), more than SBUF holds, yet it compiled and ran on trn2. With the two
+# affine loops interchanged (bn outermost) one block is live at a time.
+
+import numpy as np  # noqa: E402
+
+import nki  # noqa: E402
+import nki.isa as nisa  # noqa: E402
+import nki.language as nl  # noqa: E402
+
+_K, _F = 4, 8192   # per block: 4 tiles of 32 KiB per partition (fp32); both blocks: 256 KiB > 224 KiB
+
+
+def _blocked_scale(x, outer_range):
+    """out[bm, bn, k] = x[bn, k] * (bm + 1); x [2, K, 128, F] float32 -> out [2, 2, K, 128, F]."""
+    out = nl.ndarray((2, 2, _K, 128, _F), dtype=x.dtype, buffer=nl.shared_hbm)
+    blocks = []
+    for bn in nl.affine_range(2):
+        tiles = []
+        for k in nl.affine_range(_K):
+            t = nl.ndarray((128, _F), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x[bn, k])
+            tiles.append(t)
+        blocks.append(tiles)
+    for bm in outer_range(2):
+        for bn in outer_range(2):
+            for k in nl.affine_range(_K):
+                r = nl.ndarray((128, _F), dtype=x.dtype, buffer=nl.sbuf)
+                nisa.tensor_scalar(dst=r, data=blocks[bn][k], op0=nl.multiply, operand0=float(bm + 1))
+                nisa.dma_copy(dst=out[bm, bn, k], src=r)
+    return out
+
+
+@nki.jit
+def _blocked_affine(x):
+    return _blocked_scale(x, nl.affine_range)
+
+
+@nki.jit
+def _blocked_sequential(x):
+    return _blocked_scale(x, nl.sequential_range)
+
+
+def test_affine_loops_interchanged_when_program_order_does_not_fit():
+    x = np.random.default_rng(0).standard_normal((2, _K, 128, _F)).astype(np.float32)
+    prog = _blocked_affine.trace(x, target="trn2")
+    assert prog.meta["instruction_order"] == "affine interchange"
+    # Both (bm, bn = 0) iterations run before block 1 is first read: block 0's tiles die first.
+    reads = [i.loops for i in prog.instructions if i.opcode == "tensor_scalar"]
+    bn_of = [loops[-2][1] for loops in reads]
+    assert bn_of == [0] * (2 * _K) + [1] * (2 * _K)
+    want = np.stack([np.stack([x[bn] * (bm + 1) for bn in range(2)]) for bm in range(2)])
+    np.testing.assert_array_equal(_blocked_affine(x), want)
+
+
+def test_sequential_loops_that_do_not_fit_are_still_an_sbuf_overflow():
+    # The same nest in sequential_range may not be reordered: both blocks are live at (0, 1)..(1, 0).
+    x = np.zeros((2, _K, 128, _F), np.float32)
+    with pytest.raises(KernelRuleError, match="sbuf-capacity"):
+        _blocked_sequential.trace(x, target="trn2")

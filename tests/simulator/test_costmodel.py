@@ -61,6 +61,17 @@ def test_well_tiled_matmul_keeps_the_tensor_engine_busy():
     assert r.engine_active["tensor"] > 0.6 and r.mfu > 0.6
 
 
+def test_back_to_back_matmuls_sustain_the_documented_trn2_tensor_engine_peak():
+    """The Trainium2 architecture page: 79 BF16 and 20 FP32 dense TFLOPS per NeuronCore-v3. Back-to-back
+    128x128x512 matmuls accumulating in PSUM, the stationary loaded behind the previous moving tensor (fast
+    weight load), keep the Tensor Engine at that rate: its busy time is the flops at the peak (within the
+    page's rounding)."""
+    K, M, N = 1024, 1024, 2048
+    for dtype, peak in ((BF16, 79e12), (np.float32, 20e12)):
+        r = nki.profile(resident_matmul, *arrays((K, M), (K, N), dtype=dtype), target="trn2")
+        assert r.engine_busy_s["tensor"] == pytest.approx(2 * K * M * N / peak, rel=0.02)
+
+
 def test_hoisting_loads_out_of_the_inner_loop_lowers_the_estimate():
     args = arrays((512, 256), (512, 1024))
     for target in ("trn1", "trn2"):
@@ -208,19 +219,21 @@ def test_switching_the_activation_table_costs_extra():
 
 
 @nki.jit
-def _copies(x, loads_first: bool):
-    """x -> out through SBUF in 128-row tiles: every load then every store, or load/store per tile."""
+def _copies(x, loads_first: bool, dge: str = "unknown"):
+    """x -> out through SBUF in 128-row tiles: every load then every store, or load/store per tile; every
+    DMA with ``dge_mode`` ``dge``."""
+    mode = getattr(nisa.dge_mode, dge)
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     tiles = []
     for i in nl.affine_range(x.shape[0] // 128):
         t = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :], dge_mode=mode)
         if not loads_first:
-            nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)
+            nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t, dge_mode=mode)
         tiles.append(t)
     for i, t in enumerate(tiles):
         if loads_first:
-            nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)
+            nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t, dge_mode=mode)
     return out
 
 
@@ -231,6 +244,26 @@ def test_many_independent_dmas_pipeline_across_queues():
     assert r.dma_count == 32
     assert 2 * one < r.latency_s < 4 * one
     assert r.engine_active["dma"] > 0.9
+
+
+def test_a_hardware_dge_generates_one_dmas_descriptors_at_a_time():
+    """v3+, dge_mode=hwdge: each DMA takes about 600 ns of a DGE (Trainium2 architecture page), so the 32 DMAs
+    of one trigger stream start at least DMA_DESCRIPTOR_S apart; a list-scheduled (neuronxcc) kernel may use
+    both of the core's DGEs. Descriptors made before the run (the default here) pace nothing."""
+    x = np.zeros((128 * 16, 16), BF16)
+    program = nki.compile(_copies, x, True, "hwdge", target="trn2", cache=False)
+    sch = schedule(program, "trn2")
+    starts = sorted(sch.start[i] for i, ins in enumerate(program.instructions) if ins.engine == "dma")
+    assert len(starts) == 32
+    assert all(b - a >= cr.DMA_DESCRIPTOR_S * 0.999 for a, b in zip(starts, starts[1:]))
+    assert sch.latency_s > 31 * cr.DMA_DESCRIPTOR_S
+    program.meta["issue"] = "list"
+    both = schedule(program, "trn2").latency_s
+    assert 15 * cr.DMA_DESCRIPTOR_S < both < sch.latency_s
+    default = nki.profile(_copies, x, True, target="trn2").latency_s
+    assert default < 4 * (cr.DMA_FIXED_LATENCY_S + cr.DMA_DESCRIPTOR_S) < sch.latency_s
+    assert nki.profile(_copies, x, True, "hwdge", target="trn1").latency_s == pytest.approx(
+        nki.profile(_copies, x, True, target="trn1").latency_s)   # v2 has no DGE
 
 
 def test_nki_dmas_are_triggered_in_program_order():
@@ -371,3 +404,44 @@ def test_scalar_tensor_tensor_with_a_psum_input_runs_at_n_not_2n():
     psum = schedule(_stt_program("psum"), "trn2").cost[0]
     assert sbuf == pytest.approx(2 * 512 / hz)     # two tensor inputs in SBUF: 2N
     assert psum == pytest.approx(512 / hz)         # one of them in PSUM: N (hardware.md)
+
+
+# -- dma_transpose on v3+ (Trainium2 architecture page, "DMA Transpose") -----------------------------------
+
+@nki.jit
+def _transposed_load(x):
+    """x [512, 128] bf16 in HBM -> its transpose [128, 512] in SBUF by the DMA engines, stored back."""
+    t = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=t, src=x)
+    out = nl.ndarray(t.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@nki.jit
+def _transposed_in_sbuf(x):
+    """x [128, 128] bf16 loaded to SBUF, transposed SBUF to SBUF by the DMA engines, stored."""
+    a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=x)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=t, src=a)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def _cost_of(kernel, x, opcode, target):
+    program = nki.compile(kernel, x, target=target, cache=False)
+    i = next(i for i, ins in enumerate(program.instructions) if ins.opcode == opcode)
+    return schedule(program, target).cost[i]
+
+
+def test_dma_transpose_runs_at_90_percent_of_the_dma_bandwidth_from_hbm_50_from_sbuf_on_trn2():
+    engines = get_target("trn2").dma_bytes_per_s_per_engine * 16
+    x = np.zeros((512, 128), BF16)
+    assert _cost_of(_transposed_load, x, "dma_transpose", "trn2") == pytest.approx(x.nbytes / (engines * 0.9))
+    y = np.zeros((128, 128), BF16)
+    assert _cost_of(_transposed_in_sbuf, y, "dma_transpose", "trn2") == pytest.approx(y.nbytes / (engines * 0.5))
+    # v2: a copy's cost (contiguous rows at the full rate of the engines it spreads over).
+    assert _cost_of(_transposed_load, x, "dma_transpose", "trn1") == pytest.approx(
+        cr.dma_transfer_s(x.nbytes, 128, x.nbytes, get_target("trn1")))

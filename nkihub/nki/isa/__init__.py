@@ -45,7 +45,7 @@ class nc_version(IntEnum):
 
 
 class dge_mode(Enum):
-    """DMA descriptor generation modes (accepted; the simulator costs all alike)."""
+    """DMA descriptor generation modes (the cost model paces hwdge DMAs by their DGE on v3+; the rest alike)."""
     unknown = "unknown"
     swdge = "swdge"
     hwdge = "hwdge"

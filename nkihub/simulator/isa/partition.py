@@ -116,9 +116,20 @@ def _dma_transpose_rules(ins, program, target):
         raise fail("transpose-shape", f"dst must have shape {tuple(s.shape[a] for a in axes)}", ins, program, "dst")
 
 
+def _dma_transpose_cost(ins, program, target):
+    """v3+ (the DMA engines transpose; ``Target.dge_instances``): ``cost_rules.dma_transpose_s`` of the bytes
+    it writes, from HBM or from SBUF. The published rate is for hardware-friendly outputs (partitions a
+    multiple of 128, innermost free size a multiple of 16); other shapes are slower by an amount not
+    published, so their estimate is optimistic. v2: a copy's cost (``_dma_cost``)."""
+    d, s = ins.dst["dst"], ins.src["src"]
+    sd, ss = program.tensor_of(d), program.tensor_of(s)
+    if target.dge_instances and sd.on_chip:
+        return cr.dma_transpose_s(d.size * sd.np_dtype.itemsize, not ss.on_chip, target)
+    return _dma_cost(ins, program, target)
+
+
 register("dma_transpose", engines={"dma"}, execute=_dma_transpose,
-         # Element-wise scattered writes: the contiguous run is one element (DMA element-granular cost).
-         cost=_dma_cost, rules=(_dma_transpose_rules,), categories={CROSS_PARTITION, DMA})
+         cost=_dma_transpose_cost, rules=(_dma_transpose_rules,), categories={CROSS_PARTITION, DMA})
 
 
 def _n_gather(ins, src, dst, ctx):
