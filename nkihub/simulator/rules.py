@@ -6,6 +6,8 @@ rows list the rules that apply to them.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from nkihub.simulator.errors import KernelRuleError
 from nkihub.simulator.program import AccessPattern, Instruction, Program
 
@@ -121,18 +123,25 @@ def engine_buffers(ins, program, target):
                        "from PSUM", ins, program, in_psum[1])
 
 
+def check_partitions(ins, program, roles, broadcast: bool) -> None:
+    """The operands ``roles`` (those present) span the partitions of the first; with ``broadcast`` a
+    one-partition operand is accepted too. Raises ``partition-mismatch``."""
+    present = [(r, ins.src.get(r) or ins.dst.get(r)) for r in roles]
+    present = [(r, ap) for r, ap in present if ap is not None]
+    if not present:
+        return
+    first_role, first = present[0]
+    for role, ap in present[1:]:
+        if partitions(ap) != partitions(first) and not (broadcast and partitions(ap) == 1):
+            raise fail("partition-mismatch", f"spans {partitions(ap)} partitions but '{first_role}' spans "
+                       f"{partitions(first)}" + ("" if broadcast else "; they must be equal"),
+                       ins, program, role, ap)
+
+
 def same_partitions(*roles):
     """Rule factory: the named operands span the same number of partitions."""
     def rule(ins, program, target):
-        present = [(r, ins.src.get(r) or ins.dst.get(r)) for r in roles]
-        present = [(r, ap) for r, ap in present if ap is not None]
-        if not present:
-            return
-        first_role, first = present[0]
-        for role, ap in present[1:]:
-            if partitions(ap) != partitions(first) and partitions(ap) != 1:
-                raise fail("partition-mismatch", f"spans {partitions(ap)} partitions but '{first_role}' "
-                           f"spans {partitions(first)}", ins, program, role, ap)
+        check_partitions(ins, program, roles, broadcast=True)
     rule.__doc__ = f"Operands {', '.join(roles)} span the same partitions."
     return rule
 
@@ -202,3 +211,111 @@ def same_shape_as(data_role: str, *roles: str, source: str):
 
 COMPUTE_RULES = (partition_limit, partition_step, start_partition_rule, free_size_limit, on_chip_operands,
                  engine_buffers)
+
+
+# -- documented constraints (issue 30) -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Documented:
+    """One operand constraint an AWS page states, as a row rule checks it: the ``rule`` name the error
+    carries, the operand ``roles`` it is raised for (``"*"``: any operand), the ``source`` page (None: the
+    row's own ``nki.isa.<opcode>`` page) and ``what`` it says."""
+
+    rule: str
+    roles: tuple
+    source: str | None
+    what: str
+
+
+def documents(fn, *entries: Documented):
+    """Mark rule function ``fn`` as the check of the documented constraints ``entries``; returns ``fn``.
+    Rules made by ``column_operand`` and ``same_shape_as`` carry their own (see ``documented``)."""
+    fn.documents = tuple(entries)
+    return fn
+
+
+def documented(fn) -> tuple:
+    """The documented constraints (``Documented``) a row rule checks; () for a rule that states none."""
+    if hasattr(fn, "documents"):
+        return fn.documents
+    if hasattr(fn, "roles"):
+        return (Documented(fn.rule, tuple(fn.roles), fn.source, (fn.__doc__ or "").strip()),)
+    return ()
+
+
+def page(entry: Documented, opcode: str) -> str:
+    """The AWS page a constraint of row ``opcode`` is read from."""
+    return entry.source or f"nki.isa.{opcode}"
+
+
+def cited_same_partitions(*roles):
+    """``same_partitions`` as a documented constraint of the row's page ("the same partition axis size" of
+    every nki.isa compute page): raised as ``partition-mismatch`` for each role after the first."""
+    rule = same_partitions(*roles)
+    return documents(rule, Documented("partition-mismatch", roles[1:], None,
+                                      f"{', '.join(roles[1:])} span {roles[0]}'s partitions (or one)"))
+
+
+def cited_same_free_size(dst_role: str, src_role: str):
+    """``same_free_size`` as a documented constraint of the row's page: ``src_role`` holds ``dst_role``'s
+    elements per partition (or one, broadcast), raised as ``shape-mismatch``."""
+    rule = same_free_size(dst_role, src_role)
+    return documents(rule, Documented("shape-mismatch", (src_role,), None,
+                                      f"{src_role} holds {dst_role}'s elements per partition"))
+
+
+def operand_dtype(source: str, **allowed):
+    """Rule factory: operand ``role`` has one of the dtypes ``allowed[role]`` (a page states them),
+    raised as ``operand-dtype``."""
+    def rule(ins, program, target):
+        for role, dtypes in allowed.items():
+            ap = ins.src.get(role) or ins.dst.get(role)
+            if ap is not None and program.tensors[ap.tensor].dtype not in dtypes:
+                raise fail("operand-dtype", f"'{role}' must be {' or '.join(sorted(dtypes))} "
+                           f"(source: {source})", ins, program, role, ap)
+    rule.__name__ = "operand_dtype"
+    rule.allowed = dict(allowed)
+    return documents(rule, Documented("operand-dtype", tuple(allowed), source,
+                                      "; ".join(f"{r}: {', '.join(sorted(d))}" for r, d in allowed.items())))
+
+
+_ANY = ("*",)
+_ARCH = "nki.language (NKI programming model: tiles, memory hierarchy)"
+documents(partition_limit, Documented("partition-dim-limit", _ANY, _ARCH,
+                                      "the partition dim (dim 0) of an on-chip tile is at most 128"))
+documents(partition_step, Documented("partition-step", _ANY, _ARCH,
+                                     "the partition dim walks consecutive partitions"))
+documents(start_partition_rule, Documented("start-partition", _ANY, "nki.isa.nc_stream_shuffle",
+                                           "over 64 partitions start at 0; 33-64 at 0 or 64; else a quadrant"))
+documents(free_size_limit, Documented("free-size-limit", _ANY, _ARCH,
+                                      "at most 64K elements per partition in SBUF, 4K in PSUM"),
+          Documented("access-pattern-dims", _ANY, _ARCH, "at most 4 free dims in an access pattern"))
+documents(on_chip_operands, Documented("engine-buffer", _ANY, _ARCH,
+                                       "compute engines read and write SBUF/PSUM, not HBM"))
+documents(engine_buffers, Documented("engine-buffer", _ANY, "nki.isa.affine_select",
+                                     "GpSimd does not access PSUM; a two-input Vector op reads at most one "
+                                     "input from PSUM"))
+
+
+def exact_partitions(*roles):
+    """Rule factory: the named operands span exactly the partitions of the first (no one-partition
+    broadcast: a reduction's or a per-partition result's rows are the input's rows), raised as
+    ``partition-mismatch``."""
+    def rule(ins, program, target):
+        check_partitions(ins, program, roles, broadcast=False)
+    rule.__name__ = "exact_partitions"
+    return documents(rule, Documented("partition-mismatch", roles[1:], None,
+                                      f"{', '.join(roles[1:])} span exactly {roles[0]}'s partitions"))
+
+
+def same_dtype(ref_role: str, role: str):
+    """Rule factory: ``role`` has ``ref_role``'s dtype (a page states it), raised as ``dtype-mismatch``."""
+    def rule(ins, program, target):
+        a, b = ins.src.get(ref_role) or ins.dst.get(ref_role), ins.src.get(role) or ins.dst.get(role)
+        if a is None or b is None:
+            return
+        da, db = program.tensors[a.tensor].dtype, program.tensors[b.tensor].dtype
+        if da != db:
+            raise fail("dtype-mismatch", f"'{role}' is {db} but '{ref_role}' is {da}; they must be equal",
+                       ins, program, role, b)
+    rule.__name__ = "same_dtype"
+    return documents(rule, Documented("dtype-mismatch", (role,), None, f"{role} has {ref_role}'s dtype"))

@@ -10,6 +10,7 @@ from enum import Enum, IntEnum
 from nkihub.nki import tracing
 from nkihub.nki.ops import op_name
 from nkihub.nki.tensor import NkiTensor
+from nkihub.simulator.errors import KernelRuleError
 
 
 class engine(Enum):
@@ -89,6 +90,14 @@ def get_nc_version() -> nc_version:
 
 
 # -- helpers -------------------------------------------------------------------------------------------
+def refuse(rule: str, message: str, role: str | None = None, x=None) -> KernelRuleError:
+    """The error for a call the nisa page does not allow, at the author's line (operand ``role``, tile ``x``)."""
+    spec = x.spec if isinstance(x, NkiTensor) else None
+    return KernelRuleError(rule, message, operand=role, shape=getattr(x, "shape", None),
+                           dtype=spec.dtype if spec else None, buffer=spec.buffer if spec else None,
+                           loc=tracing.caller_loc(), tensor=spec.label if spec else None)
+
+
 def _tile(x, role: str) -> NkiTensor:
     if not isinstance(x, NkiTensor):
         raise TypeError(f"'{role}' must be a tile (NkiTensor), got {type(x).__name__}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nkihub.nki.isa import _cmd, _engine, _scalar_or_tile, _tile, emit, engine, oob_mode, reduce_cmd
+from nkihub.nki.isa import _cmd, _engine, _scalar_or_tile, _tile, emit, engine, oob_mode, reduce_cmd, refuse
 from nkihub.nki.ops import op_name
 from nkihub.nki.tensor import NkiTensor
 
@@ -65,7 +65,8 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
     """dst = data <op0> operand0, and reduce_res [P, 1] = reduce(reduce_op) of dst along the free axes.
     ``reduce_init``/``reduce_res_negate`` are not supported (ValueError when set)."""
     if reduce_init is not None or reduce_res_negate:
-        raise ValueError("tensor_scalar_reduce: reduce_init and reduce_res_negate are not supported")
+        raise refuse("unsupported-argument", "tensor_scalar_reduce: reduce_init and reduce_res_negate are not "
+                     "supported")
     _tile(dst, "dst"), _tile(data, "data")
     src, attrs, dsts = {"data": data}, {"op0": op_name(op0), "reverse0": bool(reverse0)}, {"dst": dst}
     _scalar_or_tile(operand0, "operand0", src, attrs)
@@ -201,8 +202,8 @@ def _accumulator(dsts: dict, srcs: dict, attrs: dict, reduce_res, cmd, fn: str) 
         return
     attrs["reduce_cmd"] = _cmd(cmd)
     if attrs["reduce_cmd"] == "idle":
-        raise ValueError(f"{fn}: reduce_res needs a reduce_cmd other than idle (idle leaves the accumulator "
-                         "unset); pass reduce_cmd=nisa.reduce_cmd.reset_reduce")
+        raise refuse("reduce-cmd", f"{fn}: reduce_res needs a reduce_cmd other than idle (idle leaves the "
+                     "accumulator unset); pass reduce_cmd=nisa.reduce_cmd.reset_reduce", "reduce_res", reduce_res)
     dsts["reduce_res"] = _tile(reduce_res, "reduce_res")
     if attrs["reduce_cmd"] == "reduce":
         srcs["reduce_res"] = reduce_res  # continuing the accumulation reads its current value
@@ -218,7 +219,8 @@ def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.
     _scalar_or_tile(max_value, "max_value", srcs, attrs)
     cmd = _cmd(reduce_cmd)
     if cmd != "load_reduce" and not (isinstance(reduce_init, (int, float)) and reduce_init == 0):
-        raise ValueError("exponential: reduce_init must be unset or 0.0 unless reduce_cmd is load_reduce")
+        raise refuse("reduce-cmd", "exponential: reduce_init must be unset or 0.0 unless reduce_cmd is "
+                     "load_reduce", "reduce_init", reduce_init)
     if cmd == "load_reduce":
         _scalar_or_tile(reduce_init, "reduce_init", srcs, attrs)
     _accumulator(dsts, srcs, attrs, reduce_res, reduce_cmd, "exponential")

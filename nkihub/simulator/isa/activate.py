@@ -15,7 +15,8 @@ from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import ELEMENTWISE, REDUCE, f32, fit, free_elems, register, store
 from nkihub.simulator.isa.elementwise import _act_rules, _apply, _engine_cost, operand
-from nkihub.simulator.rules import COMPUTE_RULES, fail, same_free_size, same_partitions
+from nkihub.simulator.rules import (COMPUTE_RULES, Documented, cited_same_free_size, cited_same_partitions,
+                                     column_operand, documents, exact_partitions, fail, operand_dtype)
 
 BYPASS = "bypass"
 # activate2's tensor-scalar stage: the (op0, op1) pairs the docs list.
@@ -91,9 +92,19 @@ def _exp_cost(ins, program, target):
     return _engine_cost(ins, program, target, 1) + extra
 
 
+documents(_gen4_only, Documented("target-support", ("dst",), None, "NeuronCore-v4 (trn3) and newer"))
+documents(_reduce_cmd_rule, Documented("reduce-cmd", ("reduce_res",), None,
+                                       "a reduce_res takes an accumulator command the instruction supports"))
+
+
 register("exponential", rows=True, engines={"vector"}, execute=_exponential, cost=_exp_cost,
-         rules=COMPUTE_RULES + (same_partitions("dst", "src", "max_value", "reduce_init", "reduce_res"),
-                                same_free_size("dst", "src"), _act_rules, _reduce_cmd_rule, _gen4_only),
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "src", "max_value", "reduce_init", "reduce_res"),
+                                cited_same_free_size("dst", "src"), _act_rules, _reduce_cmd_rule, _gen4_only,
+                                exact_partitions("dst", "reduce_res"),
+                                operand_dtype("nki.isa.exponential", max_value=frozenset({"float32"}),
+                                              reduce_init=frozenset({"float32"})),
+                                column_operand("src", "max_value", "reduce_init", source="nki.isa.exponential "
+                                               "(AWS NKI API reference)")),
          categories={ELEMENTWISE, REDUCE})
 
 
@@ -145,8 +156,16 @@ def _activate2_cost(ins, program, target):
     return cr.seconds(cr.scalar_cycles(n, reduce="reduce_res" in ins.dst), target, "scalar")
 
 
+documents(_activate2_rules,
+          Documented("activate2-ops", ("data",), None, "(op0, op1) is a listed pair; reverse needs its op"),
+          Documented("activation-op", ("data",), None, "op is a known activation function"),
+          Documented("reduce-op", ("reduce_res",), None, "reduce_op is add, maximum, minimum, abs_max or abs_min"))
+
+
 register("activate2", rows=True, engines={"scalar"}, execute=_activate2, cost=_activate2_cost,
-         rules=COMPUTE_RULES + (same_partitions("dst", "data", "imm0", "imm1", "relu_param", "reduce_res"),
-                                same_free_size("dst", "data"), _act_rules, _activate2_rules, _reduce_cmd_rule,
-                                _gen4_only),
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "data", "imm0", "imm1", "relu_param", "reduce_res"),
+                                cited_same_free_size("dst", "data"), _act_rules, _activate2_rules, _reduce_cmd_rule,
+                                _gen4_only, exact_partitions("dst", "reduce_res"),
+                                column_operand("data", "imm0", "imm1", "relu_param", source="nki.isa.activate2 "
+                                               "(AWS NKI API reference)")),
          categories={ELEMENTWISE, REDUCE})

@@ -125,6 +125,9 @@ REDUCE_OPS: dict[str, tuple[callable, float]] = {
 }
 _REDUCE_ALIASES = {"max": "maximum", "min": "minimum", "sum": "add", "prod": "multiply", "all": "logical_and"}
 
+# Bitvec operators (the ALU table's other kind is arithmetic): integer bit patterns, no casting.
+BITVEC = frozenset({"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "invert"})
+
 # Operators whose repeated application may be reordered (used by the affine_range dependency rule).
 ASSOCIATIVE = frozenset({"add", "maximum", "minimum", "multiply", "bitwise_and", "bitwise_or", "bitwise_xor"})
 

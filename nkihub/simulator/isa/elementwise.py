@@ -12,7 +12,9 @@ from nkihub.simulator.dtypes import as_dtype
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import ELEMENTWISE, GENERATE, ROUNDED, f32, fit, reduce_res_read, register, store
 from nkihub.simulator.isa.fast import NoBind, column, fitted, reader, refresher, understands, writer
-from nkihub.simulator.rules import COMPUTE_RULES, column_operand, same_shape_as, fail, partitions, same_free_size, same_partitions
+from nkihub.simulator.rules import (COMPUTE_RULES, Documented, cited_same_free_size, cited_same_partitions,
+                                     column_operand, documents, exact_partitions, fail, operand_dtype, partitions,
+                                     same_dtype, same_shape_as)
 
 
 def _n(ins) -> int:
@@ -51,6 +53,49 @@ def operand(ins, src, name: str, default=None):
         return a.reshape(a.shape[0], *([1] * (nd - 1))) if nd > 1 and a.size == a.shape[0] else a
     value = ins.attrs.get(name, default)
     return None if value is None else np.float32(value)
+
+
+def arithmetic_ops(*keys: str, role: str = "data", same_kind: bool = False):
+    """Rule factory: the operator attributes ``keys`` (those set) are arithmetic, not bitvec; with
+    ``same_kind`` they may be bitvec only together, on the Vector Engine, with integer operands
+    (tensor_scalar). Raised as ``alu-op-kind`` on the input ``role``."""
+    def rule(ins, program, target):
+        ops = [ins.attrs[k] for k in keys if ins.attrs.get(k) is not None]
+        bitvec = [op for op in ops if op in alu.BITVEC]
+        if not bitvec:
+            return
+        if not same_kind:
+            raise fail("alu-op-kind", f"{bitvec[0]} is a bitvec operator; {ins.opcode} takes arithmetic operators "
+                       "only", ins, program, role)
+        if len(bitvec) != len(ops):
+            raise fail("alu-op-kind", f"op0 and op1 must both be bitvec or both arithmetic, not {ops}", ins,
+                       program, role)
+        if ins.engine != "vector":
+            raise fail("alu-op-kind", "bitvec operators run on the Vector Engine only", ins, program, role)
+        for r, ap in (*ins.src.items(), *ins.dst.items()):
+            if program.tensors[ap.tensor].dtype.startswith(("float", "bfloat")):
+                raise fail("alu-op-kind", f"bitvec operators take integer tiles; '{r}' is "
+                           f"{program.tensors[ap.tensor].dtype}", ins, program, r)
+    rule.__name__ = "arithmetic_ops"
+    what = ("op0/op1 both arithmetic or both bitvec (Vector Engine, integer tiles)" if same_kind else
+            f"{'/'.join(keys)} arithmetic operators, not bitvec")
+    return documents(rule, Documented("alu-op-kind", (role,), None, what))
+
+
+def reduce_ops(*allowed: str):
+    """Rule factory: with a ``reduce_res`` the ``reduce_op`` attribute is one of ``allowed`` (reduce
+    operator names as ``alu.reduce_name`` spells them). Raised as ``reduce-op`` on ``reduce_res``."""
+    def rule(ins, program, target):
+        op = ins.attrs.get("reduce_op", "add")
+        try:
+            op = alu.reduce_name(op)
+        except ValueError:
+            pass
+        if "reduce_res" in ins.dst and op not in allowed:
+            raise fail("reduce-op", f"reduce_op {op!r}: {ins.opcode} reduces with {', '.join(allowed)}", ins,
+                       program, "reduce_res")
+    rule.__name__ = "reduce_ops"
+    return documents(rule, Documented("reduce-op", ("reduce_res",), None, f"reduce_op is {' or '.join(allowed)}"))
 
 
 def _apply(op: str, a, b, reverse: bool):
@@ -140,8 +185,8 @@ def _tt_cost(ins, program, target):
 
 
 register("tensor_tensor", engines={"vector", "gpsimd"}, execute=_tensor_tensor, cost=_tt_cost, bind=_tt_bind,
-         rules=COMPUTE_RULES + (same_partitions("dst", "data1", "data2"), same_free_size("dst", "data1"),
-                                same_free_size("dst", "data2"),
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "data1", "data2"), cited_same_free_size("dst", "data1"),
+                                cited_same_free_size("dst", "data2"),
                                 same_shape_as("data1", "data2",
                                               source="nki.isa.tensor_tensor (AWS NKI API reference)")),
          categories={ELEMENTWISE})
@@ -196,8 +241,8 @@ def _ts_cost(ins, program, target):
 
 register("tensor_scalar", engines={"vector", "scalar", "gpsimd"}, execute=_tensor_scalar, cost=_ts_cost,
          bind=_ts_bind,
-         rules=COMPUTE_RULES + (same_partitions("dst", "data", "operand0", "operand1"),
-                                same_free_size("dst", "data"),
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "data", "operand0", "operand1"),
+                                cited_same_free_size("dst", "data"), arithmetic_ops("op0", "op1", same_kind=True),
                                 column_operand("data", "operand0", "operand1",
                                                source="nki.isa.tensor_scalar (AWS NKI API reference)")),
          categories={ELEMENTWISE})
@@ -279,9 +324,15 @@ def _act_rules(ins, program, target):
                    "reduce_res")
 
 
+documents(_act_rules, Documented("reduce-result-shape", ("reduce_res",), None,
+                                "reduce_res holds one element per partition ([P, 1])"))
+
+
 register("activation", engines={"scalar"}, execute=_activation, cost=_act_cost, bind=_act_bind,
-         rules=COMPUTE_RULES + (same_partitions("dst", "data", "bias", "scale"), same_free_size("dst", "data"),
-                                _act_rules,
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "data", "bias", "scale"), cited_same_free_size("dst", "data"),
+                                _act_rules, exact_partitions("dst", "reduce_res"),
+                                operand_dtype("nki.isa.activation", scale=frozenset({"float32"}),
+                                              bias=frozenset({"float32", "float16", "bfloat16"})),
                                 column_operand("data", "scale", "bias",
                                                source="nki.isa.activation (AWS NKI API reference)")),
          categories={ELEMENTWISE, ROUNDED},
@@ -308,7 +359,7 @@ def _copy_bind(ins, src, dst, sc):
 
 
 register("tensor_copy", engines={"vector", "scalar", "gpsimd"}, execute=_tensor_copy, cost=_ts_cost, bind=_copy_bind,
-         rules=COMPUTE_RULES + (same_partitions("dst", "src"), same_free_size("dst", "src")),
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "src"), cited_same_free_size("dst", "src")),
          categories={ELEMENTWISE},
          # an output dtype attribute rounds the values on the way
          copies=lambda ins: "src" if not ins.attrs else None)
@@ -326,7 +377,10 @@ def _predicated(ins, src, dst, ctx):
 
 register("tensor_copy_predicated", rows=True, engines={"vector"}, execute=_predicated,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 2),
-         rules=COMPUTE_RULES + (same_partitions("dst", "src", "predicate"), same_free_size("dst", "predicate")),
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "src", "predicate"), cited_same_free_size("dst", "predicate"),
+                                cited_same_free_size("dst", "src"), same_dtype("dst", "src")),
+         # The page's "predicate must be uint8, uint16 or uint32" is not a rule: nl.where lowers to this
+         # instruction with the float tile an nl comparison returns as its predicate.
          categories={ELEMENTWISE}, reads_dst=lambda ins: True)
 
 
@@ -352,7 +406,7 @@ def _recip_cost(ins, program, target):
 
 
 register("reciprocal", rows=True, engines={"vector"}, execute=_reciprocal, cost=_recip_cost,
-         rules=COMPUTE_RULES + (same_partitions("dst", "data"), same_free_size("dst", "data")),
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "data"), cited_same_free_size("dst", "data")),
          categories={ELEMENTWISE})
 
 
@@ -389,6 +443,10 @@ def _gpsimd_cost(ins, program, target):
     return cr.seconds(cr.gpsimd_cycles(_n(ins) * cr.stride_slowdown(ins, program)), target, "gpsimd")
 
 
+documents(_pattern_rule, Documented("pattern-size", ("dst",), None,
+                                    "the access pattern describes dst's elements per partition"))
+
+
 register("iota", engines={"gpsimd"}, execute=_iota, cost=_gpsimd_cost,
          rules=COMPUTE_RULES + (_pattern_rule,), categories={GENERATE})
 
@@ -404,6 +462,6 @@ def _affine_select(ins, src, dst, ctx):
 
 
 register("affine_select", engines={"gpsimd"}, execute=_affine_select, cost=_gpsimd_cost,
-         rules=COMPUTE_RULES + (_pattern_rule, same_partitions("dst", "on_true_tile"),
-                                same_free_size("dst", "on_true_tile")),
+         rules=COMPUTE_RULES + (_pattern_rule, cited_same_partitions("dst", "on_true_tile"),
+                                cited_same_free_size("dst", "on_true_tile")),
          categories={ELEMENTWISE})

@@ -7,7 +7,7 @@ from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.convert import F32, caster
 from nkihub.simulator.isa.base import ACCUMULATE, MATMUL, f32, register, store
 from nkihub.simulator.isa.fast import NoBind, reader, refresher, strict_reshape, understands
-from nkihub.simulator.rules import COMPUTE_RULES, fail, partitions
+from nkihub.simulator.rules import COMPUTE_RULES, Documented, documents, fail, partitions
 
 MATMUL_IN_DTYPES = frozenset({"float8_e4m3", "float8_e5m2", "float8_e4m3fn", "bfloat16", "float16",
                               "float32"})
@@ -38,6 +38,35 @@ def _double_row_rules(ins, program, target):
         if len(ap.shape) < 3 or ap.shape[1] != 2:
             raise fail("matmul-perf-mode", f"double_row operands hold two rows per partition: shape [K, 2, F], "
                        f"got {ap.shape}", ins, program, role)
+
+
+def _tiling_rules(ins, program, target):
+    """Tensor Engine tiling mode: ``tile_size`` (row, column) of 128, 64 or (NeuronCore-v3+) 32; the
+    stationary tile fits it; ``tile_position`` (start_row, start_column) multiples of the sizes below 128;
+    double_row is not combined with column tiling."""
+    size, pos = ins.attrs.get("tile_size") or [], ins.attrs.get("tile_position") or []
+    if not size and not pos:
+        return
+    if not (len(size) == 2 and len(pos) == 2):
+        raise fail("matmul-tiling", "tile_position and tile_size must both be set (two values each) to enable "
+                   "tiling mode", ins, program, "stationary")
+    if not all(isinstance(v, int) for v in (*size, *pos)):
+        return   # affine expressions: checked where they resolve
+    ok = (32, 64, 128) if target.nc_version != "gen2" else (64, 128)
+    st = ins.src["stationary"]
+    pair = 2 if double_row(ins) else 1
+    if size[0] not in ok or size[1] not in ok:
+        raise fail("matmul-tiling", f"tile_size {tuple(size)}: row and column sizes are one of {ok} on "
+                   f"{target.name}", ins, program, "stationary")
+    if partitions(st) > size[0] or _free(st) // pair > size[1]:
+        raise fail("matmul-tiling", f"the stationary tile [{partitions(st)}, {_free(st) // pair}] exceeds "
+                   f"tile_size {tuple(size)}", ins, program, "stationary")
+    if pos[0] % size[0] or pos[1] % size[1] or not (0 <= pos[0] < 128 and 0 <= pos[1] < 128):
+        raise fail("matmul-tiling", f"tile_position {tuple(pos)} must be multiples of tile_size {tuple(size)} "
+                   "below 128", ins, program, "stationary")
+    if pair == 2 and size[1] != 128:
+        raise fail("matmul-tiling", "double_row performance mode cannot be combined with column tiling",
+                   ins, program, "stationary")
 
 
 def _matmul_rules(ins, program, target):
@@ -194,10 +223,26 @@ def _matmul_cost(ins, program, target):
     return cr.seconds(cr.matmul_cycles(n, fp32=fp32, double_row=double, n_stationary=_free(st)), target, "tensor")
 
 
+documents(_matmul_rules,
+          Documented("matmul-buffer", ("stationary", "moving", "dst"), None,
+                     "stationary and moving in SBUF; the result in PSUM"),
+          Documented("matmul-dtype", ("stationary", "moving", "dst"), None,
+                     "inputs fp8/bf16/fp16/fp32 (fp32 only with fp32); the PSUM result fp32 (bf16 on trn3)"),
+          Documented("matmul-contraction", ("moving",), None, "stationary and moving share the partition "
+                     "(contraction) dim"),
+          Documented("matmul-stationary-size", ("stationary",), None, "stationary free size at most 128"),
+          Documented("matmul-moving-size", ("moving",), None, "moving free size at most 512"),
+          Documented("matmul-output-shape", ("dst",), None, "dst is [stationary free, moving free]"),
+          Documented("psum-bank", ("dst",), "nki.isa.nc_matmul (PSUM accumulation group: one 2 KiB bank)",
+                     "one matmul output stays in one PSUM bank (trn1, trn2)"),
+          Documented("matmul-perf-mode", ("stationary", "moving"), "nki.isa.matmul_perf_mode",
+                     "double_row: NeuronCore-v3+, fp8 operands [K, 2, F]"))
+
+
 register("nc_matmul", engines={"tensor"}, execute=_matmul, cost=_matmul_cost, bind=_matmul_bind,
          # The matmul rules first: their messages (e.g. the stationary free size) say more than the
          # generic partition limit the same mistake would also break.
-         rules=(_matmul_rules,) + COMPUTE_RULES, categories={MATMUL, ACCUMULATE},
+         rules=(_matmul_rules, _tiling_rules) + COMPUTE_RULES, categories={MATMUL, ACCUMULATE},
          reads_dst=lambda ins: bool(ins.attrs.get("accumulate")), widens=lambda ins: ("stationary", "moving"))
 
 
@@ -246,6 +291,19 @@ def _transpose_cost(ins, program, target):
     if ins.engine == "tensor":
         return cr.seconds(slow * cr.pe_transpose_cycles(partitions(data), _free(data)), target, "tensor")
     return cr.seconds(cr.vector_cycles(_free(data) * slow), target, "vector")
+
+
+documents(_tiling_rules, Documented("matmul-tiling", ("stationary",), None,
+                                    "tile_size rows/columns of 128, 64 or (v3+) 32, the stationary tile fits; "
+                                    "tile_position multiples of it; no double_row with column tiling"))
+
+
+documents(_transpose_rules,
+          Documented("transpose-shape", ("dst",), None, "dst is [data free, data partitions]"),
+          Documented("transpose-buffer", ("data", "dst"), None,
+                     "on the Tensor Engine data is in SBUF and dst in PSUM"),
+          Documented("transpose-size", ("data",), None,
+                     "the Vector Engine transposes at most 32x32; the Tensor Engine at most 128 free"))
 
 
 register("nc_transpose", engines={"tensor", "vector"}, execute=_transpose, cost=_transpose_cost,

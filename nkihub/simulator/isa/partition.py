@@ -8,7 +8,8 @@ from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import CROSS_PARTITION, DMA, ELEMENTWISE, REDUCE, f32, free_elems, register, store
 from nkihub.simulator.isa.dma import _dma_cost, _dma_rules
-from nkihub.simulator.rules import COMPUTE_RULES, fail, partitions
+from nkihub.simulator.rules import (COMPUTE_RULES, Documented, documents, exact_partitions, fail, partitions,
+                                     same_dtype)
 from nkihub.simulator.taint import CLEAN, per_partition
 
 QUADRANT = 32          # nc_stream_shuffle moves data within groups of 32 partitions
@@ -31,6 +32,11 @@ def _pr_rules(ins, program, target):
         alu.reduce_name(ins.attrs["op"])
     except ValueError as exc:
         raise fail("reduce-op", str(exc), ins, program, "data") from None
+
+
+documents(_pr_rules,
+          Documented("shape-mismatch", ("dst",), None, "dst is one partition of data's free size"),
+          Documented("reduce-op", ("data",), None, "op is add, max, bitwise_or or bitwise_and"))
 
 
 register("tensor_partition_reduce", engines={"gpsimd"}, execute=_partition_reduce,
@@ -59,6 +65,13 @@ def _shuffle_rules(ins, program, target):
         raise fail("shuffle-mask", f"shuffle_mask holds {QUADRANT} partition numbers in 0..{QUADRANT - 1} "
                    f"(or {SHUFFLE_SKIP})", ins, program, "src")
     d, s = ins.dst["dst"], ins.src["src"]
+    # Each dst quadrant q reads src partitions q + mask[i]: a narrower src (one partition broadcast, AWS's
+    # test_broadcast_partition) is fine as long as every partition read exists.
+    for q in range(0, partitions(d), QUADRANT):
+        for i, m in enumerate(mask):
+            if m != SHUFFLE_SKIP and q + i < partitions(d) and q + m >= partitions(s):
+                raise fail("shuffle-mask", f"dst partition {q + i} reads src partition {q + m}, but src spans "
+                           f"{partitions(s)} partitions", ins, program, "src")
     if d.size // max(1, partitions(d)) != s.size // max(1, partitions(s)):
         raise fail("shape-mismatch", "src and dst hold the same elements per partition", ins, program, "src")
     if program.tensor_of(d).dtype != program.tensor_of(s).dtype:
@@ -78,6 +91,13 @@ def _shuffle_taint(ins, role, t, dst):
             elif role != "src" and m == SHUFFLE_SKIP:
                 out[q + i] = per[q + i]
     return np.broadcast_to(out.reshape((-1,) + (1,) * (len(dst.shape) - 1)), dst.shape)
+
+
+documents(_shuffle_rules,
+          Documented("shuffle-mask", ("src",), None, "shuffle_mask is 32 partition numbers in 0..31 or 255, "
+                     "each naming a partition src has"),
+          Documented("shape-mismatch", ("src",), None, "src and dst hold the same elements per partition"),
+          Documented("dtype-mismatch", ("src",), None, "src and dst have the same dtype"))
 
 
 register("nc_stream_shuffle", engines={"vector"}, execute=_shuffle,
@@ -149,7 +169,13 @@ def _n_gather_rules(ins, program, target):
         raise fail("index-dtype", "indices must be an integer tile (uint32)", ins, program, "indices")
 
 
+documents(_n_gather_rules,
+          Documented("shape-mismatch", ("dst",), None, "dst holds as many elements per partition as indices"),
+          Documented("index-dtype", ("indices",), None, "indices are an integer (uint32) tile"))
+
+
 register("nc_n_gather", engines={"gpsimd"}, execute=_n_gather,
          cost=lambda ins, p, t: cr.seconds(cr.gpsimd_cycles(free_elems(ins.dst["dst"].shape)
                                                          * cr.stride_slowdown(ins, p)), t, "gpsimd"),
-         rules=COMPUTE_RULES + (_n_gather_rules,), categories={CROSS_PARTITION, ELEMENTWISE})
+         rules=COMPUTE_RULES + (exact_partitions("dst", "data", "indices"), _n_gather_rules,
+                                same_dtype("data", "dst")), categories={CROSS_PARTITION, ELEMENTWISE})

@@ -7,7 +7,7 @@ from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import REDUCE, f32, register, store
 from nkihub.simulator.isa.fast import reader, understands, writer
-from nkihub.simulator.rules import COMPUTE_RULES, fail, partitions, same_partitions
+from nkihub.simulator.rules import COMPUTE_RULES, Documented, documents, exact_partitions, fail, partitions
 
 
 def _n_in(ins, role="data") -> int:
@@ -31,6 +31,13 @@ def _reduce_rules(ins, program, target):
         alu.reduce_name(ins.attrs["op"])
     except ValueError as exc:
         raise fail("reduce-op", str(exc), ins, program, "data") from None
+    data, dst = ins.src["data"], ins.dst["dst"]
+    kept = 1
+    for i, n in enumerate(data.shape[1:], start=1):
+        kept *= 1 if i in axes else n
+    if dst.size // max(1, partitions(dst)) != kept:
+        raise fail("reduce-output-shape", f"dst holds {dst.size // max(1, partitions(dst))} elements per "
+                   f"partition; reducing axes {axes} of {tuple(data.shape)} leaves {kept}", ins, program, "dst")
 
 
 def _tensor_reduce(ins, src, dst, ctx):
@@ -68,8 +75,17 @@ def _reduce_cost(ins, program, target):
     return cr.seconds(max(cr.MIN_II_CYCLES, n / 2 if bf16_fast else n), target, "vector")
 
 
+documents(_reduce_rules,
+          Documented("reduce-axis", ("data",), None, "axis names free axes only (axis 0 is the partition dim)"),
+          Documented("reduce-op", ("data",), None, "op is a reduction operator (add, max, ...)"),
+          Documented("reduce-output-shape", ("dst",), None, "dst's elements per partition are consistent with "
+                     "axis (1 when every free axis is reduced)"))
+
+
 register("tensor_reduce", engines={"vector"}, execute=_tensor_reduce, cost=_reduce_cost, bind=_reduce_bind,
-         rules=COMPUTE_RULES + (same_partitions("dst", "data"), _reduce_rules), categories={REDUCE})
+         # The axis rule first: an old-dialect reduction over axis 0 makes a one-partition dst, which the
+         # partition rule would otherwise report instead.
+         rules=COMPUTE_RULES + (_reduce_rules, exact_partitions("dst", "data")), categories={REDUCE})
 
 
 def _bn_stats_rules(ins, program, target):
@@ -124,9 +140,14 @@ def _bn_stats_bind(ins, src, dst, sc):
     return step
 
 
+documents(_bn_stats_rules,
+          Documented("bn-stats-size", ("data",), None, "at most 512 elements per partition (bn_stats_fmax)"),
+          Documented("bn-stats-shape", ("dst",), None, "dst holds 6 elements per partition"))
+
+
 register("bn_stats", engines={"vector"}, execute=_bn_stats, bind=_bn_stats_bind,
          cost=lambda ins, p, t: cr.seconds(cr.vector_cycles(_n_in(ins) * cr.stride_slowdown(ins, p)), t, "vector"),
-         rules=COMPUTE_RULES + (same_partitions("dst", "data"), _bn_stats_rules), categories={REDUCE})
+         rules=COMPUTE_RULES + (exact_partitions("dst", "data"), _bn_stats_rules), categories={REDUCE})
 
 
 def _bn_aggr_rules(ins, program, target):
@@ -173,7 +194,12 @@ def _bn_aggr_bind(ins, src, dst, sc):
     return step
 
 
+documents(_bn_aggr_rules,
+          Documented("bn-aggr-shape", ("data", "dst"), None,
+                     "data holds (count, mean, var*count) triples; dst holds (mean, variance)"))
+
+
 register("bn_aggr", engines={"vector"}, execute=_bn_aggr, bind=_bn_aggr_bind,
          cost=lambda ins, p, t: cr.seconds(max(cr.MIN_II_CYCLES, cr.BN_AGGR_FACTOR * _n_in(ins) * cr.stride_slowdown(ins, p)),
                                           t, "vector"),
-         rules=COMPUTE_RULES + (same_partitions("dst", "data"), _bn_aggr_rules), categories={REDUCE})
+         rules=COMPUTE_RULES + (exact_partitions("dst", "data"), _bn_aggr_rules), categories={REDUCE})

@@ -10,8 +10,10 @@ import numpy as np
 from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import ELEMENTWISE, REDUCE, f32, fit, reduce_res_read, register, store
-from nkihub.simulator.isa.elementwise import _act_rules, _any_psum, _apply, _engine_cost, _reduce_into, operand
-from nkihub.simulator.rules import COMPUTE_RULES, column_operand, same_free_size, same_shape_as, same_partitions
+from nkihub.simulator.isa.elementwise import (_act_rules, _any_psum, _apply, _engine_cost, _reduce_into,
+                                              arithmetic_ops, operand, reduce_ops)
+from nkihub.simulator.rules import (COMPUTE_RULES, Documented, cited_same_free_size, cited_same_partitions,
+                                     column_operand, documents, exact_partitions, fail, operand_dtype, same_shape_as)
 
 
 def _scan(ins, src, dst, ctx):
@@ -36,8 +38,13 @@ def _scan(ins, src, dst, ctx):
 
 register("tensor_tensor_scan", engines={"vector"}, execute=_scan,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 2),
-         rules=COMPUTE_RULES + (same_partitions("dst", "data0", "data1", "initial"),
-                                same_free_size("dst", "data0"), same_free_size("dst", "data1")),
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "data0", "data1", "initial"),
+                                cited_same_free_size("dst", "data0"), cited_same_free_size("dst", "data1"),
+                                arithmetic_ops("op0", "op1", role="data0"),
+                                same_shape_as("data0", "data1", source="nki.isa.tensor_tensor_scan (AWS NKI API "
+                                              "reference)"),
+                                column_operand("data0", "initial", source="nki.isa.tensor_tensor_scan (AWS NKI "
+                                               "API reference)")),
          categories={ELEMENTWISE})
 
 
@@ -60,8 +67,9 @@ def _stt_cost(ins, program, target):
 
 register("scalar_tensor_tensor", rows=True, engines={"vector", "gpsimd"}, execute=_stt,
          cost=_stt_cost,
-         rules=COMPUTE_RULES + (same_partitions("dst", "data", "operand0", "operand1"),
-                                same_free_size("dst", "data"), same_free_size("dst", "operand1"),
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "data", "operand0", "operand1"),
+                                cited_same_free_size("dst", "data"), cited_same_free_size("dst", "operand1"),
+                                arithmetic_ops("op0", "op1"),
                                 column_operand("data", "operand0", source="nki.isa.scalar_tensor_tensor "
                                                "(AWS NKI API reference)"),
                                 same_shape_as("data", "operand1", source="nki.isa.scalar_tensor_tensor "
@@ -81,8 +89,12 @@ def _tsr(ins, src, dst, ctx):
 register("tensor_scalar_reduce", rows=True, engines={"vector"}, execute=_tsr,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 1) + cr.seconds(cr.ACTIVATION_REDUCE_EXTRA_CYCLES, t,
                                                                          "vector"),
-         rules=COMPUTE_RULES + (same_partitions("dst", "data", "operand0", "reduce_res"),
-                                same_free_size("dst", "data"), _act_rules,
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "data", "operand0", "reduce_res"),
+                                cited_same_free_size("dst", "data"), _act_rules, arithmetic_ops("op0"),
+                                # The page also lists subtract; its fold order is not stated, so it is refused
+                                # rather than guessed (it was an unknown-operator failure in the simulator).
+                                reduce_ops("add", "multiply", "maximum", "minimum"),
+                                exact_partitions("dst", "reduce_res"),
                                 column_operand("data", "operand0", source="nki.isa.tensor_scalar_reduce "
                                                "(AWS NKI API reference)")),
          categories={ELEMENTWISE, REDUCE},
@@ -93,7 +105,6 @@ CUMULATIVE_START = {"add": 0.0, "subtract": 0.0, "multiply": 1.0, "maximum": -np
 
 
 def _cumulative_rules(ins, program, target):
-    from nkihub.simulator.rules import fail
     if ins.attrs.get("op1") not in CUMULATIVE_START:
         raise fail("cumulative-op", f"op1 must be one of {', '.join(CUMULATIVE_START)}", ins, program, "dst")
     cmd = ins.attrs.get("reduce_cmd", "reset_reduce")
@@ -136,8 +147,18 @@ def _cumulative(ins, src, dst, ctx):
         store(dst["acc"], np.broadcast_to(reg, (p, 1)).reshape(dst["acc"].shape))
 
 
+documents(_cumulative_rules,
+          Documented("cumulative-op", ("dst",), None, "op1 is add, subtract, multiply, maximum or minimum"),
+          Documented("reduce-cmd", ("dst",), None, "reduce_cmd is reset_reduce, load_reduce or reduce"),
+          Documented("dtype", ("src", "dst"), None, "int32/uint32 are not supported (an ISA limitation)"))
+
+
 register("tensor_scalar_cumulative", rows=True, engines={"vector"}, execute=_cumulative,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 1),
-         rules=COMPUTE_RULES + (same_partitions("dst", "src", "imm0", "imm1", "acc"),
-                                same_free_size("dst", "src"), _cumulative_rules),
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "src", "imm0", "imm1", "acc"),
+                                cited_same_free_size("dst", "src"), _cumulative_rules, arithmetic_ops("op0", role="src"),
+                                operand_dtype("nki.isa.tensor_scalar_cumulative", imm0=frozenset({"float32"}),
+                                              imm1=frozenset({"float32"})),
+                                column_operand("src", "imm0", "imm1", source="nki.isa.tensor_scalar_cumulative "
+                                               "(AWS NKI API reference)")),
          categories={ELEMENTWISE})

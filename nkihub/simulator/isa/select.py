@@ -8,14 +8,32 @@ import numpy as np
 from nkihub.simulator import cost_rules as cr
 from nkihub.simulator.isa import alu
 from nkihub.simulator.isa.base import ELEMENTWISE, REDUCE, f32, fit, free_elems, reduce_res_read, register, store
-from nkihub.simulator.isa.elementwise import _act_rules, _engine_cost, _reduce_into, operand
-from nkihub.simulator.rules import COMPUTE_RULES, fail, partitions, same_free_size, same_partitions
+from nkihub.simulator.isa.elementwise import _act_rules, _engine_cost, _reduce_into, operand, reduce_ops
+from nkihub.simulator.rules import (COMPUTE_RULES, Documented, cited_same_free_size, cited_same_partitions,
+                                     column_operand, documents, exact_partitions, fail, operand_dtype, partitions)
 
 TOP = 8  # the top-8 instructions always produce 8 values per partition
+TOP_INPUT_MAX = 16384   # max8 / nc_find_index8 / nc_match_replace8 pages: at most 16,384 elements per partition
 
 
 def _rows(a: np.ndarray) -> np.ndarray:
     return a.reshape(a.shape[0], -1)
+
+
+FLOAT_DTYPES = frozenset({"float8_e4m3", "float8_e5m2", "float8_e4m3fn", "float16", "bfloat16", "float32"})
+COMPARISONS = frozenset({"equal", "less", "less_equal", "greater", "greater_equal"})
+
+
+def _comparisons(ins, program, target):
+    """range_select compares with one of equal, less, less_equal, greater, greater_equal."""
+    for k in ("comp_op0", "comp_op1"):
+        if ins.attrs.get(k) not in COMPARISONS:
+            raise fail("range-select-op", f"{k} {ins.attrs.get(k)!r} must be one of {', '.join(sorted(COMPARISONS))}",
+                       ins, program, "on_true_tile")
+
+
+documents(_comparisons, Documented("range-select-op", ("on_true_tile",), None,
+                                   "comp_op0/comp_op1 are equal, less, less_equal, greater or greater_equal"))
 
 
 def _select_reduce(ins, src, dst, ctx):
@@ -34,8 +52,12 @@ def _select_reduce(ins, src, dst, ctx):
 
 register("select_reduce", rows=True, engines={"vector"}, execute=_select_reduce,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 2),
-         rules=COMPUTE_RULES + (same_partitions("dst", "predicate", "on_true", "on_false", "acc"),
-                                same_free_size("dst", "on_true"), same_free_size("dst", "predicate"), _act_rules),
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "predicate", "on_true", "on_false", "acc"),
+                                cited_same_free_size("dst", "on_true"), cited_same_free_size("dst", "predicate"), _act_rules,
+                                exact_partitions("dst", "reduce_res"), reduce_ops("maximum"),
+                                operand_dtype("nki.isa.select_reduce", reduce_res=FLOAT_DTYPES),
+                                column_operand("on_true", "on_false", source="nki.isa.select_reduce (AWS NKI API "
+                                               "reference)")),
          categories={ELEMENTWISE, REDUCE}, reads_dst=reduce_res_read)
 
 
@@ -62,10 +84,18 @@ def _range_select(ins, src, dst, ctx):
     _reduce_into(ins, src, dst, y)
 
 
+documents(_gen3_only, Documented("target-support", ("dst",), None, "NeuronCore-v3 (trn2) and newer"))
+
+
 register("range_select", rows=True, engines={"vector"}, execute=_range_select,
          cost=lambda ins, p, t: _engine_cost(ins, p, t, 1),
-         rules=COMPUTE_RULES + (same_partitions("dst", "on_true_tile", "bound0", "bound1", "acc"),
-                                same_free_size("dst", "on_true_tile"), _act_rules, _gen3_only),
+         rules=COMPUTE_RULES + (cited_same_partitions("dst", "on_true_tile", "bound0", "bound1", "acc"),
+                                cited_same_free_size("dst", "on_true_tile"), _act_rules, _gen3_only,
+                                exact_partitions("dst", "reduce_res"), reduce_ops("maximum"), _comparisons,
+                                operand_dtype("nki.isa.range_select", on_true_tile=FLOAT_DTYPES,
+                                              bound0=frozenset({"float32"}), bound1=frozenset({"float32"})),
+                                column_operand("on_true_tile", "bound0", "bound1", source="nki.isa.range_select "
+                                               "(AWS NKI API reference)")),
          categories={ELEMENTWISE, REDUCE}, reads_dst=reduce_res_read)
 
 
@@ -76,11 +106,13 @@ def _top8_rules(*roles):
             if ap is not None and ap.size // max(1, partitions(ap)) != TOP:
                 raise fail("top8-shape", f"'{role}' holds {TOP} elements per partition", ins, program, role)
         data = ins.src.get("data") or ins.src.get("src")
-        if data.size // max(1, partitions(data)) < TOP:
-            raise fail("top8-shape", f"the input holds at least {TOP} elements per partition", ins, program,
-                       "data" if "data" in ins.src else "src")
+        n = data.size // max(1, partitions(data))
+        if not TOP <= n <= TOP_INPUT_MAX:
+            raise fail("top8-shape", f"the input holds {n} elements per partition; between {TOP} and "
+                       f"{TOP_INPUT_MAX}", ins, program, "data" if "data" in ins.src else "src")
     rule.__doc__ = f"Operands {', '.join(roles)} hold {TOP} elements per partition."
-    return rule
+    return documents(rule, Documented("top8-shape", roles, None, f"{', '.join(roles)} hold {TOP} elements per "
+                                      f"partition; the input {TOP} to {TOP_INPUT_MAX}"))
 
 
 def _top8_cost(ins, program, target):
@@ -96,7 +128,7 @@ def _max8(ins, src, dst, ctx):
 
 
 register("max8", rows=True, engines={"vector"}, execute=_max8, cost=_top8_cost,
-         rules=COMPUTE_RULES + (same_partitions("dst", "src"), _top8_rules("dst")), categories={REDUCE})
+         rules=COMPUTE_RULES + (exact_partitions("dst", "src"), _top8_rules("dst")), categories={REDUCE})
 
 
 def _first_index(x: np.ndarray, vals: np.ndarray, missing: int) -> np.ndarray:
@@ -131,7 +163,8 @@ def _find_index8(ins, src, dst, ctx):
 
 
 register("nc_find_index8", rows=True, engines={"vector"}, execute=_find_index8, cost=_top8_cost,
-         rules=COMPUTE_RULES + (same_partitions("dst", "data", "vals"), _top8_rules("dst", "vals")),
+         rules=COMPUTE_RULES + (exact_partitions("dst", "data", "vals"), _top8_rules("dst", "vals"),
+                                operand_dtype("nki.isa.nc_find_index8", dst=frozenset({"uint16", "uint32"}))),
          categories={REDUCE})
 
 
@@ -159,6 +192,6 @@ def _match_replace8(ins, src, dst, ctx):
 
 
 register("nc_match_replace8", rows=True, engines={"vector"}, execute=_match_replace8, cost=_top8_cost,
-         rules=COMPUTE_RULES + (same_partitions("dst", "data", "vals", "dst_idx"), same_free_size("dst", "data"),
+         rules=COMPUTE_RULES + (exact_partitions("dst", "data", "vals", "dst_idx"), cited_same_free_size("dst", "data"),
                                 _top8_rules("vals", "dst_idx")),
          categories={ELEMENTWISE})

@@ -198,7 +198,12 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
     if not isinstance(pred, Predicate) or len(pred.terms) != 1:
         raise TypeError("affine_select takes one comparison of index expressions, e.g. (i_p - i_f >= 0)")
     expr, op = pred.terms[0]
-    expr = expr + AffineExpr(on_true_tile.shape, {}, 0)   # the grid of the tile
+    try:
+        expr = expr + AffineExpr(on_true_tile.shape, {}, 0)   # the grid of the tile
+    except ValueError:
+        raise _nisa.refuse("shape-mismatch", f"affine_select: the predicate's index grid {expr.shape} does not "
+                           f"broadcast to on_true_tile's shape {tuple(on_true_tile.shape)}", "on_true_tile",
+                           on_true_tile) from None
     pattern, offset, cm = _affine_pattern(expr)
     out = _new(on_true_tile.shape, dtype, on_true_tile, name="affine_select")
     return _emit(_nisa.affine_select, out, mask, pattern, cm, on_true_tile, on_false_value,
