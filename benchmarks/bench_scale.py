@@ -2,7 +2,7 @@
 follow the data rather than the instructions?
 
     .venv/bin/python benchmarks/bench_scale.py [--quick] [--cases matmul,flash,vit] [--engines fast,reference]
-                                              [--samples /tmp/ext/samples] [--out out/bench]
+                                              [--samples /tmp/ext/samples] [--out out/bench] [--more N]
 
 Cases, each over sizes spanning at least 64x in work (16x with ``--quick``):
 
@@ -16,11 +16,15 @@ Cases, each over sizes spanning at least 64x in work (16x with ``--quick``):
 
 Every (case, size, engine) runs in a fresh subprocess, so its peak resident memory (``ru_maxrss``) is its own.
 The child imports, makes the inputs and notes its resident memory (``base``), then traces the kernel
-(``nki.jit``'s specialize: trace, checks, allocation) and calls it three times: the first call (the fast engine
-runs it unbound), the second (where the fast engine plans and binds its batched schedule) and a replay. Printed
+(``nki.jit``'s specialize: trace, checks, allocation) and calls it three times (the fast engine binds its steps
+on the first call and makes its batched plan a slice after each call, within ``NKIHUB_SIM_PLAN_BUDGET`` of the
+call's time); with ``--more N`` up to N more calls, until the fast engine's plan is complete, and one call after
+it (the batched replay). Printed
 per run: instructions, the kernel's HBM bytes (inputs and outputs), wall and CPU seconds of the trace and of
 each call, the peak RSS and the simulator's share of it (peak minus ``base``), against the bound stated in
-docs/simulator.md. Then per case and engine the growth exponent of each time and of the memory, fitted over
+docs/simulator.md; then per case and size the reference's time over the fast engine's for each call (CPU
+and wall) and a verdict: the fast engine at or ahead of the reference at every call (by CPU seconds, which other
+processes inflate less than wall time). Then per case and engine the growth exponent of each time and of the memory, fitted over
 the sizes (least squares of log time against log work; 1.0 is linear), and a log-log plot
 ``bench_scale.png`` in ``--out``. Times are of this machine in this run (other processes inflate wall times
 more than CPU times).
@@ -121,7 +125,7 @@ def _timed(fn):
     return out, time.perf_counter() - t0, time.process_time() - c0
 
 
-def child(case: str, size, engine: str, samples: Path) -> dict:
+def child(case: str, size, engine: str, samples: Path, more: int = 0) -> dict:
     os.environ["NKIHUB_SIM_ENGINE"] = engine
     kernel, args, target = _case(case, size, samples)
     import numpy as np
@@ -130,23 +134,29 @@ def child(case: str, size, engine: str, samples: Path) -> dict:
     program = compiled.program
     hbm = sum(program.tensors[n].size * program.tensors[n].np_dtype.itemsize
               for n in {*program.inputs, *program.outputs})
-    calls = []
-    for _ in range(3):
+    calls, batched = [], None
+    for n in range(3 + more):
+        if n >= 3 and (engine != "fast" or getattr(compiled.executor, "batch_note", "") != "planning"):
+            break
         out, w, c = _timed(lambda: kernel(*args, target=target))
         calls.append((w, c))
         del out
     note = getattr(compiled.executor, "batch_note", "")
+    if more and engine == "fast" and note.startswith("batched"):
+        out, w, c = _timed(lambda: kernel(*args, target=target))
+        batched = (len(calls) + 1, w, c)
+        del out
     arrays = [a for a in args if isinstance(a, np.ndarray)]
     return {"case": case, "size": list(size) if isinstance(size, tuple) else size, "engine": engine,
             "work": work(case, size), "instructions": len(program.instructions), "hbm_bytes": hbm,
             "input_bytes": sum(a.nbytes for a in arrays), "base_rss": base,
             "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "end_rss": _rss(),
-            "trace": (trace_w, trace_c), "calls": calls, "note": note}
+            "trace": (trace_w, trace_c), "calls": calls, "batched": batched, "note": note}
 
 
 # -- parent ------------------------------------------------------------------------------------------------
-def run_one(case, size, engine, samples: Path, timeout: float) -> dict:
-    cmd = [sys.executable, __file__, "--child", json.dumps([case, size, engine, str(samples)])]
+def run_one(case, size, engine, samples: Path, timeout: float, more: int = 0) -> dict:
+    cmd = [sys.executable, __file__, "--child", json.dumps([case, size, engine, str(samples), more])]
     env = dict(os.environ, NKIHUB_SIM_CROSSCHECK="0")
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -190,17 +200,46 @@ def table(rows: list[dict]) -> str:
         if "error" in r:
             lines.append(f"{r['case']:7}{name:>20}{r['engine']:>10}  error: {r['error']}")
             continue
-        (w1, c1), (w2, c2), (w3, c3) = r["calls"]
+        (w1, c1), (w2, c2), (w3, c3) = r["calls"][:3]
         sim = (r["peak_rss"] - r["base_rss"]) / GIB
         ok = "ok" if r["peak_rss"] - r["base_rss"] <= bound(r) else "OVER"
         lines.append(f"{r['case']:7}{name:>20}{r['engine']:>10}{r['instructions']:>8}{r['hbm_bytes'] / 1e6:>8.0f}"
                      f"{r['trace'][0]:>9.2f}{w1:>8.2f}{w2:>8.2f}{w3:>9.2f}{c1:>8.2f}{c2:>8.2f}{c3:>8.2f}{r['peak_rss'] / GIB:>8.2f}"
                      f"{sim:>7.2f}{ok:>7}")
-    lines.append("1st: first call (the fast engine runs it unbound); 2nd: second call (the fast engine plans and binds "
-                 "its batched schedule); replay: third call; wall seconds, then CPU seconds of all threads. peak: "
+    lines.append("1st, 2nd, replay: the first three calls (the fast engine binds on the first and makes its batched "
+                 "plan a slice after each call); wall seconds, then CPU seconds of all threads. peak: "
                  "the subprocess's peak RSS; sim: peak minus the process with its inputs; bound: sim <= 3 x HBM "
                  "bytes + 2 x NKIHUB_SIM_BATCH_MEMORY + 12 KB per instruction + 0.1 GiB, the fast engine's bound "
                  "(docs/simulator.md; the reference engine keeps a buffer per tensor and is shown against it too)")
+    return "\n".join(lines)
+
+
+def verdicts(rows: list[dict]) -> str:
+    """Per case and size: the reference's seconds over the fast engine's for each of the three calls (CPU,
+    then wall; above 1 the fast engine is ahead), the call at which the fast engine's batched plan was
+    complete (``--more``) with the reference's replay over the batched replay, and a verdict by CPU seconds."""
+    good = {(r["case"], json.dumps(r["size"]), r["engine"]): r for r in rows if "error" not in r}
+    head = (f"{'case':7}{'size':>20}{'cpu 1st':>8}{'cpu 2nd':>8}{'cpu 3rd':>8}{'wall 1st':>9}{'wall 2nd':>9}"
+            f"{'wall 3rd':>9}{'batched':>9}{'cpu':>6}{'wall':>6}  verdict")
+    lines = [head, "-" * len(head)]
+    for (case, size, engine), fast in good.items():
+        ref = good.get((case, size, "reference"))
+        if engine != "fast" or ref is None:
+            continue
+        sz = json.loads(size)
+        name = label(case, tuple(sz) if isinstance(sz, list) else sz)
+        cpu = [rc / fc for (_, fc), (_, rc) in zip(fast["calls"][:3], ref["calls"][:3])]
+        wall = [rw / fw for (fw, _), (rw, _) in zip(fast["calls"][:3], ref["calls"][:3])]
+        b = fast.get("batched")
+        rep_w, rep_c = ref["calls"][2]
+        late = (f"{'call ' + str(b[0]):>9}{rep_c / b[2]:>6.2f}{rep_w / b[1]:>6.2f}" if b else f"{'-':>9}{'-':>6}{'-':>6}")
+        behind = [str(k + 1) for k, x in enumerate(cpu) if x < 1.0]
+        verdict = "at or ahead at every call" if not behind else f"BEHIND at call {', '.join(behind)}"
+        lines.append(f"{case:7}{name:>20}" + "".join(f"{x:>8.2f}" for x in cpu) + "".join(f"{x:>9.2f}" for x in wall)
+                     + late + "  " + verdict)
+    lines.append("reference seconds over fast seconds per call (above 1: the fast engine is ahead); batched: the call "
+                 "whose run was the first batched one (--more), with the reference's third call over it (CPU, wall); "
+                 "verdict by CPU seconds")
     return "\n".join(lines)
 
 
@@ -281,12 +320,14 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", default=str(DEFAULT_SAMPLES), help="aws-neuron/nki-samples checkout (matmul)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
     ap.add_argument("--out", default="out/bench")
+    ap.add_argument("--more", type=int, default=0,
+                    help="up to N more calls of the fast engine, until its batched plan is complete, then one more")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        case, size, engine, samples = json.loads(args.child)
+        case, size, engine, samples, more = json.loads(args.child)
         print("RESULT " + json.dumps(child(case, tuple(size) if isinstance(size, list) else size, engine,
-                                           Path(samples))), flush=True)
+                                           Path(samples), more)), flush=True)
         return 0
     samples = Path(args.samples)
     load = f", load average {os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else ""
@@ -299,7 +340,7 @@ def main(argv=None) -> int:
             continue
         for size in SIZES[case][:3] if args.quick else SIZES[case]:
             for engine in [e for e in args.engines.split(",") if e]:
-                r = run_one(case, size, engine, samples, args.timeout)
+                r = run_one(case, size, engine, samples, args.timeout, args.more)
                 rows.append(r)
                 if "error" in r:
                     print(f"  {case} {label(case, size)} {engine}: error: {r['error']}", flush=True)
@@ -307,6 +348,9 @@ def main(argv=None) -> int:
                     print(f"  {case} {label(case, size)} {engine}: replay {r['calls'][2][0]:.2f} s, peak "
                           f"{r['peak_rss'] / GIB:.2f} GiB ({r['note'] or 'reference'})", flush=True)
     print(table(rows))
+    if hasattr(os, "getloadavg"):
+        print("load average at the end: %.2f %.2f %.2f (1, 5, 15 min)" % os.getloadavg())
+    print(verdicts(rows))
     text, ex = exponents(rows)
     print(text)
     out = Path(args.out)

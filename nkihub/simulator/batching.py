@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nkihub.simulator.dataflow import Dataflow, NotBatchable, ReadPlan, new_storage_bytes, storage_span
+from nkihub.simulator.dataflow import SLICE, Dataflow, NotBatchable, ReadPlan, new_storage_bytes, storage_span
 from nkihub.simulator.isa import opdef
 from nkihub.simulator.isa.base import dst_reads
 from nkihub.simulator.isa.fast import Scratch
@@ -84,20 +84,37 @@ def plan_batches(program, budget: int | None = None) -> Batches:
     much as the windowed one, would be made only to be thrown away), else in windows of a quarter of the
     budget of writes (``dataflow.Dataflow``); one whose storage still passes twice the budget (what it holds
     on chip across the cuts) is not batched."""
+    return finish(planning(program, budget))
+
+
+def planning(program, budget: int | None = None):
+    """``plan_batches`` made a slice at a time: a generator yielding between slices of the work (every
+    ``dataflow.SLICE`` instructions or groups), returning the ``Batches`` (raises ``NotBatchable``)."""
     if budget is None or renamed_write_bytes(program) <= 2 * budget:
-        b = _plan(program, Dataflow(program))
+        b = yield from _plan(program, (yield from Dataflow.planning(program)))
         if budget is None or b.storage_bytes <= budget:
             return b
-    b = _plan(program, Dataflow(program, max(1, budget // 4)))
+    b = yield from _plan(program, (yield from Dataflow.planning(program, max(1, budget // 4))))
     if b.storage_bytes > 2 * budget:
         raise NotBatchable(f"renamed storage of {b.storage_bytes >> 20} MiB passes twice the budget of "
                            f"{budget >> 20} MiB (NKIHUB_SIM_BATCH_MEMORY)")
     return b
 
 
-def _plan(program, df: Dataflow) -> Batches:
+def finish(gen):
+    """Run a generator made by ``planning`` or ``binding`` to its end; return its value."""
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value
+
+
+def _plan(program, df: Dataflow):
     by_sig: dict = {}
     for i, ins in enumerate(program.instructions):
+        if i % SLICE == SLICE - 1:
+            yield
         if i in df.dropped:     # a folded copy: its readers read its source
             continue
         # operands folded onto HBM are read in place, the others from storage, and folded onto a wider
@@ -125,7 +142,10 @@ def _plan(program, df: Dataflow) -> Batches:
                 else:
                     b.init_read.add(df.events[e].tensor)
     units: list = []        # [first level, last level, bytes] of each unit of storage
+    yield
     for gi, g in enumerate(groups):
+        if gi % SLICE == SLICE - 1:
+            yield
         ins = program.instructions[g.members[0]]
         for role, e0 in df.dst_events[g.members[0]].items():
             ev = df.events[e0]
@@ -377,12 +397,18 @@ def _chunk(b: Batches, g: Group) -> int:
 
 
 def bind_batches(b: Batches, bufs: list, index: dict, storage, scratches: list, bind_step) -> Schedule:
+    """``binding`` run to its end: the ``Schedule``."""
+    return finish(binding(b, bufs, index, storage, scratches, bind_step))
+
+
+def binding(b: Batches, bufs: list, index: dict, storage, scratches: list, bind_step):
     """The ``Schedule`` of the groups of ``b`` on the workspace buffers ``bufs`` (``index``: tensor name
     -> buffer index) and ``storage`` (dtype -> the renamed storage's ``b.storage_bytes`` bytes as a flat
     array of that dtype), for one lane per scratch in ``scratches``: steps compiled with
     ``bind_step(ins, src, dst, scratch)``, level by level. Groups are cut into chunks (``_chunk``); a
     level's chunks go to the schedule biggest first by an estimate of their cost (elements touched plus
-    a fixed cost per step), which binds each for the lanes that may run it."""
+    a fixed cost per step), which binds each for the lanes that may run it. A generator yielding after
+    each level, returning the Schedule."""
     binder = _Binder(b, bufs, index, storage)
     lanes = len(scratches)
     schedule = Schedule(lanes)
@@ -402,6 +428,7 @@ def bind_batches(b: Batches, bufs: list, index: dict, storage, scratches: list, 
             items += [((z - a) * per + STEP_OVERHEAD_ELEMENTS, gi, a, z) for a, z in zip(cuts[:-1], cuts[1:])]
         items.sort(key=lambda x: (-x[0], x[1:]))
         schedule.add_level([cost for cost, *_ in items], _lane_binder(b, binder, items, scratches, bind_step))
+        yield
     return schedule
 
 

@@ -9,9 +9,12 @@ tests and users just set a variable.
   reference engine gives numpy's BLAS that many threads (default 1). ``0`` leaves every thread pool as the
   process set it and runs on the calling thread.
 - ``NKIHUB_SIM_BATCH``: ``1`` (default) lets the fast engine execute independent, same-shaped
-  instructions as one stacked operation (from the second call of a Program of some size on);
-  ``always`` batches every Program from its first call (what the bit-identity tests use); ``0``
-  replays instruction by instruction.
+  instructions as one stacked operation (once the plan, made a slice after each call of a Program of some
+  size, is complete); ``always`` batches every Program from its first call (what the bit-identity tests
+  use); ``0`` replays instruction by instruction.
+- ``NKIHUB_SIM_PLAN_BUDGET``: the share of a call's run time the fast engine may spend after the run on
+  planning and binding the batched schedule (default ``0.1``): calls stay ahead of the reference engine
+  while the plan is made over several calls. ``inf`` plans whole after the first call.
 - ``NKIHUB_SIM_CROSSCHECK``: ``1`` runs every fast-engine run on the reference executor too and raises
   ``SimulationError`` unless both give the same bits (the test suite sets it for the tutorials and the
   library kernels). Default ``0``.
@@ -116,3 +119,18 @@ def keep_memory() -> int:
     """Bytes of workspace memory kept resident between runs over the process (``NKIHUB_SIM_KEEP_MEMORY``,
     default 256 MiB)."""
     return _bytes("NKIHUB_SIM_KEEP_MEMORY", 256 << 20)
+
+
+def plan_budget() -> float:
+    """Share of a call's run time spent afterwards on the batched plan (``NKIHUB_SIM_PLAN_BUDGET``,
+    default 0.1; ``inf`` finishes the plan after the first call)."""
+    value = os.environ.get("NKIHUB_SIM_PLAN_BUDGET", "").strip().lower()
+    if not value:
+        return 0.1
+    try:
+        share = float(value)
+    except ValueError:
+        share = -1.0
+    if not share >= 0:
+        raise ValueError(f"NKIHUB_SIM_PLAN_BUDGET must be a non-negative number (a share of a run), got {value!r}")
+    return share

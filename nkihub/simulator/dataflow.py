@@ -38,6 +38,9 @@ from nkihub.simulator.isa.base import ROUNDED, dst_reads
 from nkihub.simulator.program import AccessPattern, Program
 
 
+# Instructions between the points where a Dataflow made a slice at a time (``Dataflow.planning``) yields.
+SLICE = 64
+
 # Fold copies into their readers (the module docstring). Always on; the op tests turn it off to keep their
 # staging copies, which put an instruction's operands in renamed storage.
 FOLD_COPIES = True
@@ -223,6 +226,19 @@ class Dataflow:
     :class:`NotBatchable` for what the renaming does not model."""
 
     def __init__(self, program: Program, window_bytes: int | None = None):
+        for _ in self._build(program, window_bytes):
+            pass
+
+    @classmethod
+    def planning(cls, program: Program, window_bytes: int | None = None):
+        """The Dataflow of ``program`` made a slice at a time: a generator yielding after every
+        ``SLICE`` instructions, returning the Dataflow (``simulator.replay`` plans across calls this way,
+        within a time budget per call)."""
+        df = cls.__new__(cls)
+        yield from df._build(program, window_bytes)
+        return df
+
+    def _build(self, program: Program, window_bytes: int | None):
         self.program = program
         tensors = program.tensors
         if any(getattr(s, "alias_of", None) is not None for s in tensors.values()):
@@ -256,6 +272,8 @@ class Dataflow:
         # storage live at once stays near the budget plus what the program holds on chip across the cut.
         floor, top, in_window, self.windows = -1, -1, 0, 1
         for i, ins in enumerate(program.instructions):
+            if i % SLICE == SLICE - 1:
+                yield
             if window_bytes is not None and in_window > window_bytes:
                 floor, in_window, self.windows = top, 0, self.windows + 1
             row = opdef(ins.opcode)

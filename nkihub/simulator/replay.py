@@ -7,12 +7,14 @@ differently, measured on the library kernels (see docs/simulator.md):
   copied in, outputs copied out), in one arena laid out by liveness (``simulator.memory``), so every
   operand view is built once. Each instruction becomes a step: its row's ``bind``
   (``simulator.isa.fast``) resolves views, broadcasts, fp32 work arrays and ALU functions at bind time; a
-  row without a bind runs its ``execute`` on the bound views. A Program's first call runs unbound (the
-  rows' ``execute`` on views made as it goes): the batched plan replaces the steps on the next call.
+  row without a bind runs its ``execute`` on the bound views. The steps are bound on a Program's first
+  call and run until the batched plan replaces them.
 - **Fast exact casts** (``simulator.convert``) and one ``np.errstate`` per run instead of one per call.
-- **Batched** (from the second call, ``simulator.batching``): independent same-shaped instructions
-  run as one stacked operation, shared at run time between two lanes (``simulator.schedule``,
-  ``simulator.threads``); in windows when the renamed storage would pass ``NKIHUB_SIM_BATCH_MEMORY``.
+- **Batched** (``simulator.batching``): independent same-shaped instructions run as one stacked
+  operation, shared at run time between two lanes (``simulator.schedule``, ``simulator.threads``); in
+  windows when the renamed storage would pass ``NKIHUB_SIM_BATCH_MEMORY``. The plan is made a slice after
+  each call, within ``NKIHUB_SIM_PLAN_BUDGET`` (a share) of the call's time, so no call pays all of it,
+  and used from the call after it is complete.
 - **Memory returned.** After a run, an arena whose pages cost little to fault in again next to the run
   hands them back; what the process keeps between runs (arenas, plans, steps) is capped by
   ``NKIHUB_SIM_KEEP_MEMORY``, least recently used first (``simulator.memory``).
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nkihub.simulator import config
-from nkihub.simulator.batching import Batches, bind_batches, plan_batches
+from nkihub.simulator.batching import Batches, binding, finish, plan_batches, planning
 from nkihub.simulator.dataflow import NotBatchable
 from nkihub.simulator.errors import SimulationError, is_kernel_error
 from nkihub.simulator import executor
@@ -50,6 +52,7 @@ BATCH_MIN_INSTRUCTIONS = 32
 # torch views; measured on the matmul tutorial at 8192 x 4096 x 8192: 0.08-0.1 GB of steps, 0.07 GB of
 # plan for 39680 instructions), for what the process keeps between runs (``memory.done``).
 STEP_BYTES = 2560
+PREFAULT_BYTES = 16 << 20     # pages faulted in per slice of ``_Workspace.prefault``
 PLAN_BYTES = 2048
 
 
@@ -131,22 +134,6 @@ def run_steps(steps, instructions, ctx) -> None:
         raise SimulationError(f"{ins.opcode} failed in the simulator: {exc}", loc=ins.loc) from exc
 
 
-def run_direct(rp: "Replay", ws: "_Workspace", ctx) -> None:
-    """Run every instruction's ``execute`` on views of the workspace, made as it goes (the reference's
-    way): a Program's first call, which binding would not pay back before the batched plan replaces it."""
-    i, instructions = 0, rp.program.instructions
-    try:
-        for i, ins in enumerate(instructions):
-            src = {r: ws.view(rp, ap, False) for r, ap in ins.src.items()}
-            dst = {r: ws.view(rp, ap) for r, ap in ins.dst.items()}
-            opdef(ins.opcode).execute(ins, src, dst, ctx)
-    except Exception as exc:  # a simulator defect or an unchecked rule: say where
-        if is_kernel_error(exc):
-            raise
-        ins = instructions[i]
-        raise SimulationError(f"{ins.opcode} failed in the simulator: {exc}", loc=ins.loc) from exc
-
-
 def run_batched(steps, ctx) -> None:
     """Run a batched plan's steps on one lane (its errors are located by the unbatched replay)."""
     for step in steps:
@@ -157,7 +144,7 @@ class _Workspace:
     """Buffers of one Program's tensors in one arena (``simulator.memory``, laid out by ``_Layout``) and
     the steps bound to them (one per instruction, or one per group of ``batches``)."""
 
-    def __init__(self, rp: "Replay", batches: Batches | None = None, lanes: int = 1, bound: bool = True):
+    def __init__(self, rp: "Replay", batches: Batches | None = None, lanes: int = 1, defer: bool = False):
         lay = rp._layout(batches)
         self.arena = Arena(lay.kept, lay.released)
         self.bufs = [None] * len(rp._specs)
@@ -175,17 +162,35 @@ class _Workspace:
         self.batches, self.lanes = batches, lanes
         self.step_bytes = 0     # estimated memory of the bound steps
         if batches is not None:
-            def storage(dtype):
-                return self.arena.typed(dtype)[lay.storage_offset // np.dtype(dtype).itemsize:]
-            self.schedule = bind_batches(batches, self.bufs, rp._index, storage, [self.scratch] +
-                                         [Scratch() for _ in range(lanes - 1)], bind_step)
-            self.steps = self.schedule.steps() if lanes == 1 else None
-            self.step_bytes = STEP_BYTES * self.schedule.bound
+            self._storage_offset = lay.storage_offset
+            self.schedule = self.steps = None
+            if not defer:
+                finish(self.bind_plan(rp))
             return
         self.lanes = 1
         self.steps, self.where = None, rp.program.instructions
-        if bound:
-            self.bind(rp)
+        self.bind(rp)
+
+    def bind_plan(self, rp: "Replay"):
+        """Bind the batched plan's steps to this workspace, a level at a time (a generator yielding after
+        each level; ``defer`` made the workspace unbound)."""
+        def storage(dtype):
+            return self.arena.typed(dtype)[self._storage_offset // np.dtype(dtype).itemsize:]
+        self.scratches = [self.scratch] + [Scratch() for _ in range(self.lanes - 1)]
+        self.schedule = yield from binding(self.batches, self.bufs, rp._index, storage, self.scratches, bind_step)
+        self.steps = self.schedule.steps() if self.lanes == 1 else None
+        self.step_bytes = STEP_BYTES * self.schedule.bound
+
+    def prefault(self):
+        """Fault in the pages the batched plan's first run writes, a slice at a time (a generator): the
+        arena's released part (storage and buffers: a fresh mapping reads as zeros, so writing zeros
+        changes nothing) and the work arrays binding made. Else the first batched run pays them, up to
+        twice a run (flash-attn at S 2048)."""
+        arrays = [self.arena.typed(np.uint8)] + [a.view(np.uint8) for sc in self.scratches for a in sc.arrays()]
+        for a in arrays:
+            for i in range(0, a.size, PREFAULT_BYTES):
+                a[i:i + PREFAULT_BYTES:memory.PAGE] = 0
+                yield
 
     def bind(self, rp: "Replay") -> None:
         """Bind one step per instruction (unbatched)."""
@@ -197,9 +202,19 @@ class _Workspace:
         self.steps, self.step_bytes = steps, STEP_BYTES * len(steps)
 
     def view(self, rp: "Replay", ap, writeable: bool = True) -> np.ndarray:
+        """The view of access pattern ``ap`` in its tensor's buffer (``ndarray`` over the buffer: a third
+        of ``executor.strided``'s cost, which binding pays per operand; that one where numpy refuses)."""
         i = rp._index[ap.tensor]
-        item = rp._dtypes[i].itemsize
-        return strided(self.bufs[i], ap.offset, ap.shape, tuple(s * item for s, _ in ap.dims), writeable)
+        buf = self.bufs[i]
+        item = buf.itemsize
+        strides = tuple(s * item for s, _ in ap.dims)
+        try:
+            v = np.ndarray(ap.shape, buf.dtype, buf, ap.offset * item, strides)
+        except (TypeError, ValueError):
+            return strided(buf, ap.offset, ap.shape, strides, writeable)
+        if not writeable:
+            v.flags.writeable = False
+        return v
 
     def _load_constants(self, rp: "Replay") -> None:
         for i, spec in enumerate(rp._specs):
@@ -287,13 +302,18 @@ def layout(rp: "Replay", batches: Batches | None) -> _Layout:
     return _Layout(regions, kept, total + storage, total, filled)
 
 
+def _note(batches: Batches) -> str:
+    return "batched" if batches.dataflow.windows == 1 else f"batched in {batches.dataflow.windows} windows"
+
+
 class Replay:
     """Runs one Program on the fast engine. Build once, call :meth:`run` many times (thread-safe).
 
     ``checked``: the Program passed ``simulator.validate`` (no read of unwritten memory), so pooled
     buffers need no NaN refill between runs. ``batch``: None batches as ``NKIHUB_SIM_BATCH`` says
-    (from the second call, programs of ``BATCH_MIN_INSTRUCTIONS`` or more); True batches from the first
-    call whatever the size; False never. ``batch_note`` says what happened.
+    (programs of ``BATCH_MIN_INSTRUCTIONS`` or more, once the plan is made: a slice after each call,
+    within ``NKIHUB_SIM_PLAN_BUDGET`` of the call's time); True batches from the first call whatever the
+    size; False never. ``batch_note`` says what happened.
     """
 
     def __init__(self, program: Program, target=None, *, checked: bool = False, batch: bool | None = None):
@@ -306,13 +326,15 @@ class Replay:
         self._calls = 0
         self._reference = None
         self._batches: Batches | None | bool = None    # False: tried and not batchable
+        self._planner = None        # the batched plan being made across calls (a generator, ``_planning``)
+        self._plan_lock = threading.Lock()
         self.batch_note = "not tried yet"
         self._lay = (None, None)     # (batches or None, its _Layout)
         self.busy = 0                # runs in progress (``simulator.memory``)
 
     def held_bytes(self) -> int:
         """Estimated memory of the plan and bound steps this engine keeps between runs."""
-        plan = PLAN_BYTES * len(self.program.instructions) if self._batches else 0
+        plan = PLAN_BYTES * len(self.program.instructions) if self._batches or self._planner else 0
         return plan + sum(ws.step_bytes for ws in self._pool)
 
     def shed(self) -> bool:
@@ -320,15 +342,20 @@ class Replay:
         between runs): the next call plans and binds again. False when busy."""
         if not self._lock.acquire(blocking=False):
             return False
+        planning = self._plan_lock.acquire(blocking=False)
         try:
-            if self.busy:
+            if self.busy or not planning:
                 return False
+            if self._planner is not None:
+                self._planner, self.batch_note = None, "plan dropped to free memory; planned again from the next call"
             self._pool.clear()
             self._lay = (None, None)
             if self._batches:
                 self._batches, self.batch_note = None, "plan dropped to free memory; planned again on the next call"
             return True
         finally:
+            if planning:
+                self._plan_lock.release()
             self._lock.release()
 
     def _layout(self, batches: Batches | None) -> _Layout:
@@ -337,33 +364,79 @@ class Replay:
                 self._lay = (batches, layout(self, batches))
             return self._lay[1]
 
+    def _mode(self) -> str:
+        return {None: config.batching(), True: "always", False: "never"}[self.batch]
+
     def _batched(self) -> Batches | None:
-        """The batched schedule, planned on the second call of a Program worth batching."""
-        mode = {None: config.batching(), True: "always", False: "never"}[self.batch]
+        """The batched schedule: planned before the first call with ``always``; else made by ``_advance``
+        a slice after each call, and None until it is complete."""
+        mode = self._mode()
         if mode == "never":
             return None
-        if self._batches is None and (self._calls >= 2 or mode == "always"):
-            if mode == "auto" and len(self.program.instructions) < BATCH_MIN_INSTRUCTIONS:
-                self._batches, self.batch_note = False, "too few instructions to pay for planning"
-            else:
-                self._pool.clear()     # the unbatched workspaces' steps: not kept alive while planning
-                try:
-                    with _gc_paused():
-                        self._batches = plan_batches(self.program, config.batch_memory())
-                    self.batch_note = "batched" if self._batches.dataflow.windows == 1 else \
-                        f"batched in {self._batches.dataflow.windows} windows"
-                except NotBatchable as exc:
-                    self._batches, self.batch_note = False, f"not batched: {exc}"
+        if self._batches is None and mode == "always":
+            self._pool.clear()     # the unbatched workspaces' steps: not kept alive while planning
+            try:
+                with _gc_paused():
+                    self._batches = plan_batches(self.program, config.batch_memory())
+                self.batch_note = _note(self._batches)
+            except NotBatchable as exc:
+                self._batches, self.batch_note = False, f"not batched: {exc}"
         return self._batches or None
+
+    def _advance(self, seconds: float) -> None:
+        """Spend up to ``seconds`` (of the calling thread, after a run) making the batched plan of a
+        Program batched from its plan's completion on (``NKIHUB_SIM_BATCH=1``): planning and binding
+        (``_planning``) cost 2-3 runs of the reference engine, so one call paying them all would be the
+        one call behind it; in slices of a share of each run they are paid back by the runs' lead."""
+        if self._batches is not None or self._mode() != "auto" or not self._plan_lock.acquire(blocking=False):
+            return
+        try:
+            if self._batches is not None:
+                return
+            if len(self.program.instructions) < BATCH_MIN_INSTRUCTIONS:
+                with self._lock:
+                    self._batches, self.batch_note = False, "too few instructions to pay for planning"
+                return
+            if self._planner is None:
+                self._planner, self.batch_note = self._planning(max(1, config.fast_threads())), "planning"
+            planner, deadline = self._planner, time.perf_counter() + seconds
+            with _gc_paused():
+                while time.perf_counter() < deadline:
+                    next(planner)
+        except StopIteration:
+            self._planner = None
+        except Exception as exc:    # a defect of the planner must not cost the user the run's result
+            self._planner = None
+            with self._lock:
+                self._batches, self.batch_note = False, f"planning failed ({exc!r}); replaying unbatched"
+            warnings.warn(f"{self.program.name}: {self.batch_note}", RuntimeWarning, stacklevel=3)
+        finally:
+            self._plan_lock.release()
+
+    def _planning(self, lanes: int):
+        """Plan the batched schedule (``batching.planning``), then bind it to a workspace for ``lanes``
+        lanes, yielding between slices; at the end the plan and its workspace replace the unbatched steps."""
+        try:
+            batches = yield from planning(self.program, config.batch_memory())
+        except NotBatchable as exc:
+            with self._lock:
+                self._batches, self.batch_note = False, f"not batched: {exc}"
+            return
+        yield
+        ws = _Workspace(self, batches, lanes, defer=True)
+        yield
+        yield from ws.bind_plan(self)
+        yield from ws.prefault()
+        with self._lock:
+            self._batches = batches
+            self.batch_note = _note(batches)
+            self._pool.append(ws)
 
     def _take(self) -> _Workspace:
         lanes = max(1, config.fast_threads())
         with self._lock:
             self._calls += 1
             batches = self._batched()
-            # The first call of a Program the batched plan will take over runs unbound (binding costs
-            # about as much as the run it would speed up).
-            bound = batches is not None or self._calls > 1 or self.batch is False or config.batching() == "never"
             # workspaces made before batching was planned, or for another number of lanes, are dropped
             fitting = [w for w in self._pool if w.batches is batches and (batches is None or w.lanes == lanes)]
             ws, self._pool = (fitting[-1], fitting[:-1]) if fitting else (None, [])
@@ -371,10 +444,7 @@ class Replay:
             ws.refill(self)
         if ws is None:
             with _gc_paused():
-                ws = _Workspace(self, batches, lanes, bound)
-        elif bound and ws.steps is None and batches is None:
-            with _gc_paused():
-                ws.bind(self)
+                ws = _Workspace(self, batches, lanes)
         memory.take(ws.arena, self)
         return ws
 
@@ -384,6 +454,7 @@ class Replay:
         check_inputs(self.program, inputs)
         fresh = ctx is None
         ctx = ctx or ExecContext(self.target, echo=echo_prints)
+        start = time.perf_counter()
         ws = self._take()
         t0 = time.perf_counter()
         try:
@@ -407,6 +478,7 @@ class Replay:
                 memory.put_back(ws.arena, time.perf_counter() - t0, config.keep_memory(), self)
                 with self._lock:
                     self._pool.append(ws)
+        self._advance(config.plan_budget() * (time.perf_counter() - start))
         if config.crosscheck():
             self._crosscheck(inputs, outs, ctx, echo_prints)
         self.last_context = ctx
@@ -433,8 +505,6 @@ class Replay:
             tasks = [lambda lane=lane: ws.schedule.run_lane(lane, run, ctx) for lane in range(ws.lanes)]
         elif ws.batches is not None:
             tasks = [lambda: run_batched(ws.steps, ctx)]
-        elif ws.steps is None:
-            tasks = [lambda: run_direct(self, ws, ctx)]
         else:
             tasks = [lambda: run_steps(ws.steps, ws.where, ctx)]
         if config.fast_threads() == 0:     # the calling thread, thread pools as they are

@@ -13,8 +13,8 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 from nkihub.simulator import config
-from nkihub.simulator.batching import plan_batches, renamed_write_bytes
-from nkihub.simulator.dataflow import NotBatchable
+from nkihub.simulator.batching import plan_batches, planning, renamed_write_bytes
+from nkihub.simulator.dataflow import SLICE, NotBatchable
 from nkihub.simulator.executor import Executor
 from nkihub.simulator.isa import OPS
 from nkihub.simulator.replay import Replay
@@ -120,16 +120,47 @@ def test_plans_beyond_the_keep_cap_are_shed_least_recent_first_and_made_again(co
     assert _same(first.run(args), want) and first.batch_note == "batched"
 
 
-def test_a_first_call_runs_unbound_on_memory_shared_by_liveness(compiled, monkeypatch):
+def test_calls_run_bound_on_memory_shared_by_liveness_while_the_plan_is_made(compiled, monkeypatch):
     program, target, args, want = compiled
     monkeypatch.delenv("NKIHUB_SIM_BATCH", raising=False)
+    monkeypatch.setenv("NKIHUB_SIM_PLAN_BUDGET", "0")     # no time for the plan: it never completes
     fast = Replay(program, target, checked=True)
     internal = sum(s.size * s.np_dtype.itemsize for s in program.tensors.values()
                    if s.kind == "internal" and s.name not in program.outputs)
     hbm = sum(s.size * s.np_dtype.itemsize for s in program.tensors.values() if not s.on_chip)
     assert fast._layout(None).released < hbm + internal / 4
-    assert _same(fast.run(args), want) and fast._pool[0].steps is None and fast.held_bytes() == 0
+    for _ in range(3):
+        assert _same(fast.run(args), want) and fast._pool[0].batches is None and fast.batch_note == "planning"
+    assert len(fast._pool[0].steps) == len(program.instructions)
+    monkeypatch.setenv("NKIHUB_SIM_PLAN_BUDGET", "inf")   # the plan is finished after the next run
     assert _same(fast.run(args), want) and fast.batch_note == "batched"
+    assert _same(fast.run(args), want) and fast._pool[0].batches is not None
+
+
+def test_the_plan_made_in_slices_is_the_plan_made_at_once(compiled, monkeypatch):
+    program, _, _, _ = compiled
+    gen, slices = planning(program, 1 << 30), 0
+    while True:
+        try:
+            next(gen)
+            slices += 1
+        except StopIteration as stop:
+            sliced = stop.value
+            break
+    whole = plan_batches(program, 1 << 30)
+    assert slices >= len(program.instructions) // SLICE
+    assert [(g.level, g.members) for g in sliced.groups] == [(g.level, g.members) for g in whole.groups]
+    assert sliced.storage == whole.storage and sliced.storage_bytes == whole.storage_bytes
+
+
+def test_the_plan_budget_setting(monkeypatch):
+    monkeypatch.delenv("NKIHUB_SIM_PLAN_BUDGET", raising=False)
+    assert config.plan_budget() == 0.1
+    monkeypatch.setenv("NKIHUB_SIM_PLAN_BUDGET", "0.5")
+    assert config.plan_budget() == 0.5
+    monkeypatch.setenv("NKIHUB_SIM_PLAN_BUDGET", "-1")
+    with pytest.raises(ValueError, match="NKIHUB_SIM_PLAN_BUDGET"):
+        config.plan_budget()
 
 
 def test_a_failed_batched_run_leaves_the_engine_free_to_be_shed(monkeypatch):

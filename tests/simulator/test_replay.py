@@ -90,15 +90,21 @@ def test_every_thread_setting_gives_the_reference_bits(monkeypatch, threads):
         assert _bits_equal(fast.run([x]), want) and _bits_equal(fast.run([x]), want)
 
 
-def test_batching_starts_on_the_second_call_of_a_program_worth_it(monkeypatch):
+def test_batching_starts_once_the_plan_made_after_the_calls_is_complete(monkeypatch):
     monkeypatch.delenv("NKIHUB_SIM_BATCH", raising=False)
+    monkeypatch.setenv("NKIHUB_SIM_PLAN_BUDGET", "inf")
     big, small = _x(BATCH_MIN_INSTRUCTIONS // 4 + 1), _x(2)
     for x, expect in ((big, "batched"), (small, "too few instructions")):
         rp = Replay(*_compiled(x))
-        rp.run([x])
         assert rp.batch_note == "not tried yet"
         rp.run([x])
-        assert rp.batch_note.startswith(expect)
+        assert rp.batch_note.startswith(expect) and rp._pool[0].batches is None
+        rp.run([x])
+        assert rp._pool[-1].batches is (rp._batches or None)
+    monkeypatch.setenv("NKIHUB_SIM_PLAN_BUDGET", "0")
+    rp = Replay(*_compiled(big))
+    rp.run([big]), rp.run([big])
+    assert rp.batch_note == "planning" and rp._pool[-1].batches is None
     monkeypatch.setenv("NKIHUB_SIM_BATCH", "0")
     rp = Replay(*_compiled(big))
     rp.run([big]), rp.run([big])

@@ -57,6 +57,10 @@ class Scratch:
             cast = self._casters[key] = caster(dst, src)
         return cast
 
+    def arrays(self) -> list:
+        """The flat work arrays made so far."""
+        return list(self._arrays.values())
+
     def _flat(self, key, n: int, dtype) -> np.ndarray:
         """A flat buffer of at least ``n`` elements for ``key``, grown by doubling: stacks of one member
         layout with any number of members share it, so a plan cut into windows (groups of many sizes)
