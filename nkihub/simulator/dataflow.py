@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -95,8 +95,7 @@ class ReadPlan:
     dtype: np.dtype | None = None   # folded onto a wider source: its dtype (else the operand's)
 
 
-def _free_span(ap: AccessPattern) -> int:
-    return ap.free_span
+_amax = np.maximum.reduce     # ndarray.max without numpy's Python-level wrapper (called per operand)
 
 
 def storage_span(ap: AccessPattern) -> int:
@@ -106,7 +105,7 @@ def storage_span(ap: AccessPattern) -> int:
     property. Wider tiles are stored with their partitions back to back: a matrix's row stride does not
     change BLAS's result or numpy's per-row loops, and contiguous rows let numpy run one loop over a
     whole stacked operand instead of one per partition (5x faster on [128, 128] tiles)."""
-    span = _free_span(ap)
+    span = ap.free_span
     if span == 1 and ap.dims and ap.dims[0][1] > 1 and ap.dims[0][0] != span:
         return span + 1
     return span
@@ -200,6 +199,12 @@ def _column_range(ap: AccessPattern, width: int):
 def _contains(outer: AccessPattern, inner: AccessPattern, width: int) -> bool:
     """Whether every element of ``inner`` is an element of ``outer`` (row-shaped patterns: rows compared
     as progressions, the columns of one row as sets)."""
+    return _contains_at(outer.offset, outer.dims, inner.offset, inner.dims, width)
+
+
+@functools.lru_cache(maxsize=16384)     # ring slots repeat a few geometries: cached by offsets and dims
+def _contains_at(outer_offset: int, outer_dims: tuple, inner_offset: int, inner_dims: tuple, width: int) -> bool:
+    outer, inner = AccessPattern("", outer_offset, outer_dims), AccessPattern("", inner_offset, inner_dims)
     ro, ri = _rows(outer, width), _rows(inner, width)
     if ro is None or ri is None:
         return False
@@ -213,6 +218,17 @@ def _contains(outer: AccessPattern, inner: AccessPattern, width: int) -> bool:
         hi = inner.offset % width + sum(max(0, s * (n - 1)) for s, n in inner.dims[1:])
         return span[0] <= lo and hi < span[1]
     return _column_set(outer, width).issuperset(_columns(inner, width).tolist())
+
+
+@functools.lru_cache(maxsize=16384)     # ring slots repeat a few geometries: cached by offset and dims
+def _box_at(offset: int, dims: tuple, width: int):
+    """``Dataflow._box`` of the access pattern ``offset``, ``dims`` in a tensor of ``width`` columns."""
+    row0, col0 = divmod(offset, width)
+    s0, n0 = dims[0] if dims else (width, 1)
+    span = 1 + sum(s * (n - 1) for s, n in dims[1:])
+    if s0 % width or col0 + span > width or dims and min(dims)[0] < 0:
+        return None
+    return row0, row0 + (s0 // width) * (n0 - 1), col0, col0 + span
 
 
 def _view(arr: np.ndarray, ap: AccessPattern) -> np.ndarray:
@@ -245,6 +261,7 @@ class Dataflow:
             raise NotBatchable("aliased tensors (dtype views share storage)")
         # Tiles the host reads or writes (inputs, outputs, constants) stay in their buffers.
         self.renamed = {n for n, s in tensors.items() if s.on_chip and s.kind == "internal"}
+        self._width = {n: tensors[n].free_size for n in self.renamed}     # elements per partition
         self.events: list[Event] = []
         self.levels: list[int] = []
         self.src_plans: list[dict] = []     # per instruction: role -> ReadPlan
@@ -293,13 +310,13 @@ class Dataflow:
                     for e in self._plan_events(plan):
                         dep = max(dep, self.events[e].level)
                 elif mem.size and mem.tensor in written:
-                    dep = max(dep, int(_view(self._levels_of(self._wlev, mem.tensor), mem).max()))
+                    dep = max(dep, int(_amax(_view(self._levels_of(self._wlev, mem.tensor), mem), axis=None)))
                 plans[role] = plan
             for ap in ins.dst.values():
                 if ap.tensor not in self.renamed and ap.size:
-                    dep = max(dep, int(_view(self._levels_of(self._wlev, ap.tensor), ap).max()))
+                    dep = max(dep, int(_amax(_view(self._levels_of(self._wlev, ap.tensor), ap), axis=None)))
                     if ap.tensor in self._rlev:     # made by the first read of a written tensor
-                        dep = max(dep, int(_view(self._rlev[ap.tensor], ap).max()))
+                        dep = max(dep, int(_amax(_view(self._rlev[ap.tensor], ap), axis=None)))
             level = max(dep, floor) + 1
             top = max(top, level)
             for plan in src_plans.values():
@@ -307,14 +324,17 @@ class Dataflow:
                 if mem is not None and mem.size and mem.tensor in written:
                     v = _view(self._levels_of(self._rlev, mem.tensor), mem)
                     np.maximum(v, level, out=v)
-            events = {}
+            events, read_back = {}, None
             for role, ap in ins.dst.items():
                 if ap.tensor not in self.renamed:
                     if ap.size:
                         _view(self._levels_of(self._wlev, ap.tensor), ap)[...] = level
                     continue
                 events[role] = self._write(i, role, level, ap)
-                if window_bytes is not None and role not in dst_reads(row, ins):
+                if window_bytes is not None:
+                    read_back = dst_reads(row, ins) if read_back is None else read_back
+                    if role in read_back:
+                        continue
                     in_window += new_storage_bytes(program, ap)
             if FOLD_COPIES:
                 self._note_copy(i, ins, row, src_plans, events)
@@ -400,7 +420,8 @@ class Dataflow:
         if mem is not None and (any(d.tensor == mem.tensor for d in ins.dst.values()) or mem.tensor in self._wlev
                                 and int(_view(self._wlev[mem.tensor], mem).max()) > self.levels[c]):
             return plan
-        return replace(folded, via=c, dtype=self.program.tensors[src_ap.tensor].np_dtype if kind == "widened" else None)
+        return ReadPlan(folded.memory, folded.boxes, folded.gather, c,
+                        self.program.tensors[src_ap.tensor].np_dtype if kind == "widened" else None)
 
     @staticmethod
     def _part(src: ReadPlan, start: tuple, axes: tuple, shape: tuple):
@@ -453,24 +474,20 @@ class Dataflow:
         self._applied[name] = len(writes)
         return arr
 
-    def _box(self, ap: AccessPattern, width: int):
+    @staticmethod
+    def _box(ap: AccessPattern, width: int):
         """(first row, last row, first column, end column) bounding ``ap`` in the tensor's rows x columns;
-        rows None when it is not row-shaped (then it may touch anything)."""
-        row0, col0 = divmod(ap.offset, width)
-        s0, n0 = ap.dims[0] if ap.dims else (width, 1)
-        span = _free_span(ap)
-        if s0 % width or col0 + span > width or any(s < 0 for s, _ in ap.dims):
-            return None
-        return row0, row0 + (s0 // width) * (n0 - 1), col0, col0 + span
+        None when it is not row-shaped (then it may touch anything)."""
+        return _box_at(ap.offset, ap.dims, width)
 
     def _write(self, i: int, role: str, level: int, ap: AccessPattern) -> int:
         ins = self.program.instructions[i]
-        if not ap.dims or any(s < 0 for s, _ in ap.dims) or not _distinct(ap):
+        if not ap.dims or min(ap.dims)[0] < 0 or not _distinct(ap):
             raise NotBatchable(f"{ins.opcode} writes '{ap.tensor}' through overlapping or reversed strides")
-        width = self.program.tensors[ap.tensor].free_size
+        width = self._width[ap.tensor]
         row0, col0 = divmod(ap.offset, width)
         rows, rem = divmod(ap.dims[0][0], width)
-        if ap.dims[0][1] > 1 and (rem or rows <= 0 or col0 + _free_span(ap) > width):
+        if ap.dims[0][1] > 1 and (rem or rows <= 0 or col0 + ap.free_span > width):
             raise NotBatchable(f"{ins.opcode} writes '{ap.tensor}' with a partition step that is not whole rows")
         span = storage_span(ap)
         e = len(self.events)
@@ -498,7 +515,7 @@ class Dataflow:
     def _plan(self, ap: AccessPattern) -> ReadPlan:
         if not ap.size:
             return ReadPlan(boxes=())
-        width = self.program.tensors[ap.tensor].free_size
+        width = self._width[ap.tensor]
         e = self._last_writer(ap, width)
         if e is not None:
             place = _place(ap, self.events[e], width)

@@ -21,28 +21,34 @@ def sub_index(outer: AccessPattern, inner: AccessPattern):
     None. ``outer`` has distinct elements (a destination), so an offset has at most one index."""
     if outer.tensor != inner.tensor:
         return None
-    delta = inner.offset - outer.offset
-    start = [0] * len(outer.dims)
-    for d in sorted(range(len(outer.dims)), key=lambda d: -outer.dims[d][0]):
-        stride, n = outer.dims[d]
+    return _sub_index(outer.dims, inner.dims, inner.offset - outer.offset)
+
+
+@functools.lru_cache(maxsize=16384)     # a kernel's tiles repeat a few geometries: cached by shape
+def _sub_index(outer_dims: tuple, inner_dims: tuple, delta: int):
+    """``sub_index`` of an inner pattern starting ``delta`` elements after the outer one."""
+    start = [0] * len(outer_dims)
+    for d in sorted(range(len(outer_dims)), key=lambda d: -outer_dims[d][0]):
+        stride, n = outer_dims[d]
         if n > 1 and stride > 0 and delta > 0:
             start[d] = min(delta // stride, n - 1)
             delta -= start[d] * stride
     if delta:
         return None
     axes, used = [], set()
-    for stride, m in inner.dims:
+    for stride, m in inner_dims:
         if m == 1:
             axes.append(None)
             continue
-        d = next((d for d, (s, n) in enumerate(outer.dims) if s == stride and n > 1 and d not in used), None)
-        if d is None or start[d] + m > outer.dims[d][1]:
+        d = next((d for d, (s, n) in enumerate(outer_dims) if s == stride and n > 1 and d not in used), None)
+        if d is None or start[d] + m > outer_dims[d][1]:
             return None
         used.add(d)
         axes.append(d)
     return tuple(start), tuple(axes)
 
 
+@functools.lru_cache(maxsize=16384)     # pure in its tuples: cached by shape
 def compose(strides: tuple, start: tuple, axes: tuple, skip: int = -1, skip_start: int = 0):
     """``(offset, strides)`` of a sub-box (``sub_index``'s ``start``, ``axes``) of a view with ``strides``;
     ``skip``: a dimension whose index counts from ``skip_start`` (a box of a plan cut along it)."""
@@ -58,6 +64,7 @@ def compact(strides: tuple, shape: tuple) -> tuple:
     return tuple(s // 4 for s in np.empty_like(fake).strides)
 
 
+@functools.lru_cache(maxsize=16384)     # pure in its tuples: cached by shape
 def same_layout(got: tuple, want: tuple, shape: tuple) -> bool:
     """Whether a view with strides ``got`` takes the numpy paths one with ``want`` takes: the same free
     strides (where a dimension has more than one element), and partitions at least as far apart as the
