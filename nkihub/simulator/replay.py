@@ -500,10 +500,13 @@ class Replay:
         return outs
 
     def _crosscheck(self, inputs, outs, ctx, echo_prints) -> None:
-        """Raise unless the reference executor gives the same bits (and printed lines) as this run."""
+        """Raise unless the reference executor gives the same bits (and printed lines) as this run. The
+        reference runs on one BLAS thread, as each lane of this engine does: ``NKIHUB_SIM_THREADS`` counts
+        this engine's lanes, and a reference given two BLAS threads may sum a gemm in another order."""
         if self._reference is None:
             self._reference = Executor(self.program, self.target, checked=self.checked)
-        want = self._reference.run(inputs, echo_prints=False)
+        with executor.blas_pinned(1):
+            want = self._reference.run(inputs, echo_prints=False)
         for name, got, ref in zip(self.program.outputs, outs, want):
             a, b = np.ascontiguousarray(got).view(np.uint8), np.ascontiguousarray(ref).view(np.uint8)
             if a.shape != b.shape or not np.array_equal(a, b):

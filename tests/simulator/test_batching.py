@@ -78,6 +78,7 @@ def test_a_budget_below_the_storage_plans_in_windows_with_the_reference_bits(com
     windowed = plan_batches(program, budget)
     assert windowed.dataflow.windows > 1 and windowed.storage_bytes <= 2 * budget
     monkeypatch.setenv("NKIHUB_SIM_BATCH_MEMORY", str(budget))
+    monkeypatch.setenv("NKIHUB_SIM_CROSSCHECK", "1")   # each run against the reference, on one BLAS thread too
     for threads in ("1", "2"):
         monkeypatch.setenv("NKIHUB_SIM_THREADS", threads)
         fast = Replay(program, target, checked=True, batch=True)
