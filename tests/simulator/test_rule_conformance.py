@@ -372,7 +372,7 @@ SPECIFIC = [
     Break("tensor_tensor", "engine-buffer", "data2",
           {"data1": _f(P, F, buffer="psum"), "data2": _f(P, F, buffer="psum")}),
     Break("tensor_copy", "free-size-limit", "src",
-          {"src": _f(P, 4608, dtype=BF, buffer="psum"), "dst": _f(P, 4608, dtype=BF)}),
+          {"src": _f(P, 8193, dtype=BF, buffer="psum"), "dst": _f(P, 8193, dtype=BF)}),
 ]
 
 # Roles a row rule names that the author never passes: the engines' accumulator registers.

@@ -444,6 +444,36 @@ def _matmul_mx(st_dtype=nl.float8_e4m3fn_x4, k_st=32, k_mv=32, m=16, n=24, dst=(
     return run
 
 
+def _matmul_mx_bf16(n: int, lines: list):
+    """nc_matmul_mx of zero MX data into a bfloat16 PSUM dst [16, n] on trn3 (the page: n up to 8192 with a
+    bfloat16 dst, the 8 PSUM banks; the shared free-size-limit counts PSUM in bytes, 16 KiB per partition)."""
+    def kern(a):
+        st = nl.ndarray((32, 16), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+        mv = nl.ndarray((32, n), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+        nisa.memset(dst=st, value=0)
+        nisa.memset(dst=mv, value=0)
+        ss, ms = _scale(32, 16), _scale(32, n)
+        nisa.memset(dst=ss, value=127)
+        nisa.memset(dst=ms, value=127)
+        acc = nl.ndarray((16, n), dtype=nl.bfloat16, buffer=nl.psum)
+        lines.append(_line())
+        nisa.nc_matmul_mx(dst=acc, stationary=st, moving=mv, stationary_scale=ss, moving_scale=ms)
+        o = _sb((16, n))
+        nisa.tensor_copy(dst=o, src=acc)
+        return _out(o)
+    return _run(kern, X, target="trn3")
+
+
+def test_matmul_mx_bf16_dst_fills_the_8_psum_banks():
+    got = _matmul_mx_bf16(8192, [])
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.zeros((16, 8192), np.float32))
+    lines: list = []
+    with pytest.raises(KernelRuleError) as err:
+        _matmul_mx_bf16(8193, lines)
+    assert err.value.rule == "matmul-moving-size" and err.value.loc.line == lines[-1], str(err.value)
+    assert "8192" in str(err.value)
+
+
 # -- registers -----------------------------------------------------------------------------------------------------
 def _register(store=False, psum=False, alloc=False):
     def run(bad, new, lines):
