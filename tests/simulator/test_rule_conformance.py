@@ -107,6 +107,13 @@ CALLS: dict[str, Call] = {
         new=lambda t, a: nisa.activation(dst=t["dst"], op=nl.copy, data=t["data"], bias=t["bias"], scale=t["scale"]),
         old=lambda t, a: old_isa.activation(op=np.copy, data=t["data"], bias=t["bias"], scale=t["scale"]),
         expect=lambda i: i["data"] * i["scale"] + i["bias"], derived="data"),
+    # A compile-time scalar bias (NeuronCore-v3+; on NeuronCore-v2 the page asks for a [N, 1] vector).
+    "activation/scalar_bias": Call(
+        {"data": TILE, "dst": TILE},
+        new=lambda t, a: nisa.activation(dst=t["dst"], op=nl.copy, data=t["data"], **a),
+        old=lambda t, a: old_isa.activation(op=np.copy, data=t["data"], **a),
+        attrs={"bias": 0.5, "scale": 2.0}, old_attrs={"bias": 0.5, "scale": 2.0},
+        expect=lambda i: i["data"] * 2.0 + 0.5, derived="data"),
     "activation_reduce": Call(
         {"data": TILE, "reduce_res": COL, "dst": TILE},
         new=lambda t, a: nisa.activation_reduce(dst=t["dst"], op=nl.copy, data=t["data"], reduce_op=nl.add, reduce_res=t["reduce_res"]),
@@ -321,6 +328,7 @@ SPECIFIC = [
     Break("exponential", "target-support", "dst", target="trn2"),
     Break("tensor_reduce", "reduce-axis", "data", attrs={"axis": 0}, old_attrs={"axis": 0}),
     Break("tensor_reduce", "reduce-output-shape", "dst", {"dst": _f(P, 2)}, old=False),
+    Break("activation/scalar_bias", "activation-bias", "bias", target="trn1"),
     Break("tensor_reduce", "reduce-axes-last", "data", {"data": _f(P, 4, 8), "dst": _f(P, 8)},
           attrs={"axis": (1,)}, old_attrs={"axis": (1,)}),
     Break("tensor_reduce", "reduce-op", "data", attrs={"op": nl.divide}, old_attrs={"op": np.divide}),
@@ -447,8 +455,8 @@ COVERAGE: dict[str, tuple[str, ...]] = {
     "nc_matmul": ("matmul-buffer", "matmul-contraction", "matmul-dtype", "matmul-moving-size", "matmul-output-shape",
                   "matmul-perf-mode", "matmul-stationary-size", "matmul-tiling", "psum-bank", "start-partition"),
     "nc_transpose": ("engine-buffer", "start-partition", "transpose-buffer", "transpose-shape", "transpose-size"),
-    "activation": ("engine-buffer", "operand-dtype", "partition-mismatch", "scalar-operand-shape", "shape-mismatch",
-                   "start-partition"),
+    "activation": ("activation-bias", "engine-buffer", "operand-dtype", "partition-mismatch", "scalar-operand-shape",
+                   "shape-mismatch", "start-partition"),
     "activation_reduce": ("engine-buffer", "partition-mismatch", "reduce-result-shape", "start-partition"),
     "activate2": ("activate2-ops", "activation-op", "engine-buffer", "partition-mismatch", "reduce-cmd", "reduce-op",
                   "reduce-result-shape", "scalar-operand-shape", "shape-mismatch", "start-partition",
@@ -715,6 +723,40 @@ def test_keeping_the_rules_runs(name, new):
 def test_keeping_each_rule_runs(brk, new):
     """The break's kernel with the operand it breaks as the valid call has it (and its role a named tile)."""
     _run(brk, brk.call, new, breaking=False)
+
+
+@pytest.mark.parametrize("new", [True, False], ids=["nki.isa", "neuronxcc"])
+def test_activation_with_a_vector_bias_runs_on_trn1(new):
+    """The NeuronCore-v2 side of activation-bias: a [N, 1] bias (the page's only v2 layout) runs on trn1."""
+    call = CALLS["activation"]
+    ops = dict(call.operands)
+    lay = _layout(ops)
+    x = _prepare(_data(0), ops, lay)
+    out = _kernel(call, ops, None, new, {}, lay).run(x, target="trn1")
+    np.testing.assert_allclose(np.asarray(out, np.float32), call.expect(_inputs(x, ops, lay)), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("target,refused", [("trn1", True), ("trn2", False)])
+def test_reciprocal_activation_takes_no_bias_on_trn1(target, refused):
+    """The other NeuronCore-v2 bias constraint (the activation functions table: reciprocal with a bias)."""
+    @nki.jit
+    def k(x):
+        t = nl.load(x)
+        b = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=b, value=1.0)
+        d = nl.ndarray(t.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=d, op=nl.reciprocal, data=t, bias=b)
+        out = nl.ndarray(t.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, d)
+        return out
+    x = np.arange(P * 8, dtype=np.float32).reshape(P, 8) / 8 + 1
+    if refused:
+        with pytest.raises(KernelRuleError) as err:
+            k.run(x, target=target)
+        assert err.value.rule == "activation-bias" and err.value.operand == "bias", str(err.value)
+        assert "nki.api.shared" in str(err.value)
+    else:
+        np.testing.assert_allclose(k.run(x, target=target), 1 / (x + 1), rtol=1e-5)
 
 
 # -- tensor_reduce's last, consecutive axes: kept by nisa calls that name them, by nl reductions of any axes ----
