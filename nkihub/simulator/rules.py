@@ -77,16 +77,23 @@ def start_partition_rule(ins, program, target):
 
 
 def free_size_limit(ins, program, target):
-    """Free size per instruction: 64K elements in SBUF, 4K in PSUM; at most 4 free dims."""
+    """Free size per instruction: 64K elements in SBUF; in PSUM 16 KiB per partition (the 8 banks: 4096
+    float32 or 8192 bfloat16 elements); at most 4 free dims."""
     for role, ap in operands(ins):
         spec = program.tensors[ap.tensor]
         if not spec.on_chip:
             continue
         free = ap.size // max(1, partitions(ap))
-        limit = target.psum_free_elems_max if spec.buffer == "psum" else target.sbuf_free_elems_max
-        if free > limit:
-            raise fail("free-size-limit", f"{free} elements per partition; at most {limit} in "
-                       f"{spec.buffer.upper()}", ins, program, role, ap)
+        if spec.buffer == "psum":
+            item = spec.np_dtype.itemsize
+            limit = target.psum_free_bytes_max // item
+            if free > limit:
+                raise fail("free-size-limit", f"{free} {spec.dtype} elements ({free * item} bytes) per "
+                           f"partition; at most {limit} {spec.dtype} elements ({target.psum_free_bytes_max} "
+                           "bytes, the 8 banks) in PSUM", ins, program, role, ap)
+        elif free > target.sbuf_free_elems_max:
+            raise fail("free-size-limit", f"{free} elements per partition; at most "
+                       f"{target.sbuf_free_elems_max} in SBUF", ins, program, role, ap)
         if len(ap.dims) - 1 > target.max_ap_free_dims:
             raise fail("access-pattern-dims", f"{len(ap.dims) - 1} free dims; at most "
                        f"{target.max_ap_free_dims}", ins, program, role, ap)
@@ -297,7 +304,8 @@ documents(Documented("partition-step", _ANY, _ARCH,
 documents(Documented("start-partition", _ANY, "nki.isa.nc_stream_shuffle",
                                            "over 64 partitions start at 0; 33-64 at 0 or 64; else a quadrant"))(start_partition_rule)
 documents(Documented("free-size-limit", _ANY, _ARCH,
-                                      "at most 64K elements per partition in SBUF, 4K in PSUM"),
+                                      "at most 64K elements per partition in SBUF; 16 KiB per partition in PSUM "
+                                      "(4096 float32, 8192 bfloat16 elements)"),
           Documented("access-pattern-dims", _ANY, _ARCH, "at most 4 free dims in an access pattern"))(free_size_limit)
 documents(Documented("engine-buffer", _ANY, _ARCH,
                                        "compute engines read and write SBUF/PSUM, not HBM"))(on_chip_operands)

@@ -51,7 +51,9 @@ class Target:
     moving_fmax: int = 512                # nc_matmul moving free size on v2/v3 (one PSUM bank of fp32)
     bn_stats_fmax: int = 512
     sbuf_free_elems_max: int = 64 * 1024  # free size per instruction, SBUF operands
-    psum_free_elems_max: int = 4 * 1024   # free size per instruction, PSUM operands
+    # free size per instruction, PSUM operands, in bytes: the 8 banks of a partition (16 KiB), so 4096
+    # float32 or 8192 bfloat16 elements (nki.isa.nc_matmul_mx: N up to 8192 with a bfloat16 dst)
+    psum_free_bytes_max: int = 16 * 1024
     max_ap_free_dims: int = 4             # free-dimension access pattern dims
     vector_transpose_max: int = 32        # Vector Engine transpose block
 

@@ -107,6 +107,13 @@ CALLS: dict[str, Call] = {
         new=lambda t, a: nisa.activation(dst=t["dst"], op=nl.copy, data=t["data"], bias=t["bias"], scale=t["scale"]),
         old=lambda t, a: old_isa.activation(op=np.copy, data=t["data"], bias=t["bias"], scale=t["scale"]),
         expect=lambda i: i["data"] * i["scale"] + i["bias"], derived="data"),
+    # A compile-time scalar bias (NeuronCore-v3+; on NeuronCore-v2 the page asks for a [N, 1] vector).
+    "activation/scalar_bias": Call(
+        {"data": TILE, "dst": TILE},
+        new=lambda t, a: nisa.activation(dst=t["dst"], op=nl.copy, data=t["data"], **a),
+        old=lambda t, a: old_isa.activation(op=np.copy, data=t["data"], **a),
+        attrs={"bias": 0.5, "scale": 2.0}, old_attrs={"bias": 0.5, "scale": 2.0},
+        expect=lambda i: i["data"] * 2.0 + 0.5, derived="data"),
     "activation_reduce": Call(
         {"data": TILE, "reduce_res": COL, "dst": TILE},
         new=lambda t, a: nisa.activation_reduce(dst=t["dst"], op=nl.copy, data=t["data"], reduce_op=nl.add, reduce_res=t["reduce_res"]),
@@ -321,6 +328,9 @@ SPECIFIC = [
     Break("exponential", "target-support", "dst", target="trn2"),
     Break("tensor_reduce", "reduce-axis", "data", attrs={"axis": 0}, old_attrs={"axis": 0}),
     Break("tensor_reduce", "reduce-output-shape", "dst", {"dst": _f(P, 2)}, old=False),
+    Break("activation/scalar_bias", "activation-bias", "bias", target="trn1"),
+    Break("tensor_reduce", "reduce-axes-last", "data", {"data": _f(P, 4, 8), "dst": _f(P, 8)},
+          attrs={"axis": (1,)}, old_attrs={"axis": (1,)}),
     Break("tensor_reduce", "reduce-op", "data", attrs={"op": nl.divide}, old_attrs={"op": np.divide}),
     Break("tensor_partition_reduce", "shape-mismatch", "dst", {"dst": _f(2, F)}, old=False),
     Break("tensor_partition_reduce", "reduce-op", "data", attrs={"op": nl.divide}, old_attrs={"op": np.divide}),
@@ -372,7 +382,7 @@ SPECIFIC = [
     Break("tensor_tensor", "engine-buffer", "data2",
           {"data1": _f(P, F, buffer="psum"), "data2": _f(P, F, buffer="psum")}),
     Break("tensor_copy", "free-size-limit", "src",
-          {"src": _f(P, 4608, dtype=BF, buffer="psum"), "dst": _f(P, 4608, dtype=BF)}),
+          {"src": _f(P, 8193, dtype=BF, buffer="psum"), "dst": _f(P, 8193, dtype=BF)}),
 ]
 
 # Roles a row rule names that the author never passes: the engines' accumulator registers.
@@ -445,14 +455,14 @@ COVERAGE: dict[str, tuple[str, ...]] = {
     "nc_matmul": ("matmul-buffer", "matmul-contraction", "matmul-dtype", "matmul-moving-size", "matmul-output-shape",
                   "matmul-perf-mode", "matmul-stationary-size", "matmul-tiling", "psum-bank", "start-partition"),
     "nc_transpose": ("engine-buffer", "start-partition", "transpose-buffer", "transpose-shape", "transpose-size"),
-    "activation": ("engine-buffer", "operand-dtype", "partition-mismatch", "scalar-operand-shape", "shape-mismatch",
-                   "start-partition"),
+    "activation": ("activation-bias", "engine-buffer", "operand-dtype", "partition-mismatch", "scalar-operand-shape",
+                   "shape-mismatch", "start-partition"),
     "activation_reduce": ("engine-buffer", "partition-mismatch", "reduce-result-shape", "start-partition"),
     "activate2": ("activate2-ops", "activation-op", "engine-buffer", "partition-mismatch", "reduce-cmd", "reduce-op",
                   "reduce-result-shape", "scalar-operand-shape", "shape-mismatch", "start-partition",
                   "target-support"),
-    "tensor_reduce": ("engine-buffer", "partition-mismatch", "reduce-axis", "reduce-op", "reduce-output-shape",
-                      "start-partition"),
+    "tensor_reduce": ("engine-buffer", "partition-mismatch", "reduce-axes-last", "reduce-axis", "reduce-op",
+                      "reduce-output-shape", "start-partition"),
     "tensor_partition_reduce": ("engine-buffer", "reduce-op", "shape-mismatch", "start-partition"),
     "tensor_tensor": ("engine-buffer", "operand-shape", "partition-mismatch", "shape-mismatch", "start-partition"),
     "tensor_tensor_scan": ("alu-op-kind", "engine-buffer", "operand-shape", "partition-mismatch",
@@ -607,11 +617,12 @@ def _prepare(x: np.ndarray, ops: dict, lay: dict) -> np.ndarray:
 
 
 def _fill(t, op: Op, x, lay) -> None:
-    """Write the operand's values (from the kernel input x) into 2-d tile t, in chunks of at most 2048
-    columns, each chunk the same columns of x."""
+    """Write the operand's values (from the kernel input x) into tile t (a [P, a, b] tile through its
+    [P, a * b] reshape), in chunks of at most 2048 columns, each chunk the same columns of x."""
     off, free = lay
     p = op.shape[0]
-    assert len(op.shape) == 2, "operands of the calls are 2-d tiles"
+    if len(op.shape) > 2:
+        t = t.reshape((p, free))
     for lo in range(0, free, 2048):
         n = min(2048, free - lo)
         src = x[0:p, off:off + n]
@@ -712,6 +723,98 @@ def test_keeping_the_rules_runs(name, new):
 def test_keeping_each_rule_runs(brk, new):
     """The break's kernel with the operand it breaks as the valid call has it (and its role a named tile)."""
     _run(brk, brk.call, new, breaking=False)
+
+
+@pytest.mark.parametrize("new", [True, False], ids=["nki.isa", "neuronxcc"])
+def test_activation_with_a_vector_bias_runs_on_trn1(new):
+    """The NeuronCore-v2 side of activation-bias: a [N, 1] bias (the page's only v2 layout) runs on trn1."""
+    call = CALLS["activation"]
+    ops = dict(call.operands)
+    lay = _layout(ops)
+    x = _prepare(_data(0), ops, lay)
+    out = _kernel(call, ops, None, new, {}, lay).run(x, target="trn1")
+    np.testing.assert_allclose(np.asarray(out, np.float32), call.expect(_inputs(x, ops, lay)), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("target,refused", [("trn1", True), ("trn2", False)])
+def test_reciprocal_activation_takes_no_bias_on_trn1(target, refused):
+    """The other NeuronCore-v2 bias constraint (the activation functions table: reciprocal with a bias)."""
+    @nki.jit
+    def k(x):
+        t = nl.load(x)
+        b = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=b, value=1.0)
+        d = nl.ndarray(t.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=d, op=nl.reciprocal, data=t, bias=b)
+        out = nl.ndarray(t.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, d)
+        return out
+    x = np.arange(P * 8, dtype=np.float32).reshape(P, 8) / 8 + 1
+    if refused:
+        with pytest.raises(KernelRuleError) as err:
+            k.run(x, target=target)
+        assert err.value.rule == "activation-bias" and err.value.operand == "bias", str(err.value)
+        assert "nki.api.shared" in str(err.value)
+    else:
+        np.testing.assert_allclose(k.run(x, target=target), 1 / (x + 1), rtol=1e-5)
+
+
+# -- tensor_reduce's last, consecutive axes: kept by nisa calls that name them, by nl reductions of any axes ----
+X3 = (np.arange(P * 24, dtype=np.float32).reshape(P, 2, 3, 4) % 11 - 5) / 4
+
+
+@pytest.mark.parametrize("axis", [(3,), (2, 3), (1, 2, 3), -1])
+def test_tensor_reduce_of_the_last_axes_runs(axis):
+    @nki.jit
+    def k(x):
+        t = nl.load(x)
+        axes = (axis,) if isinstance(axis, int) else axis
+        kept = [s for i, s in enumerate(x.shape) if i not in [a % 4 for a in axes]]
+        d = nl.ndarray(tuple(kept), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=d, op=nl.add, data=t, axis=axis)
+        out = nl.ndarray(d.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, d)
+        return out
+    np.testing.assert_allclose(k.run(X3), X3.sum(axis=axis), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("axis", [(1, 2), (1, 3), (2,), 1])
+def test_tensor_reduce_of_other_axes_is_refused(axis):
+    @nki.jit
+    def k(x):
+        t = nl.load(x)
+        axes = (axis,) if isinstance(axis, int) else axis
+        d = nl.ndarray(tuple(s for i, s in enumerate(x.shape) if i not in axes), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=d, op=nl.add, data=t, axis=axis)
+        return d
+    with pytest.raises(KernelRuleError) as err:
+        k.run(X3)
+    assert err.value.rule == "reduce-axes-last" and err.value.operand == "data", str(err.value)
+    assert "nki.isa.tensor_reduce" in str(err.value)
+
+
+NL_REDUCTIONS = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod, "mean": np.mean}
+
+
+@pytest.mark.parametrize("new", [True, False], ids=["nki.language", "neuronxcc"])
+@pytest.mark.parametrize("fn", sorted(NL_REDUCTIONS))
+@pytest.mark.parametrize("axis,keepdims", [(1, False), ((1, 3), True), (2, False), ((1, 2), False)])
+def test_nl_reductions_of_any_free_axes_run(fn, axis, keepdims, new):
+    """nl reductions hand tensor_reduce a view with the reduced axes last (a permuted access pattern)."""
+    lang = nl if new else old_nl
+
+    @nki.jit
+    def k(x):
+        t = lang.load(x)
+        r = getattr(lang, fn)(t, axis=axis, keepdims=keepdims)
+        out = nl.ndarray(r.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        c = nl.ndarray(r.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=c, src=r)
+        nl.store(out, c)
+        return out
+    x = X3 / 2 + 1 if fn == "prod" else X3
+    want = NL_REDUCTIONS[fn](x, axis=axis, keepdims=keepdims)
+    np.testing.assert_allclose(k.run(x), want, rtol=1e-4, atol=1e-5)
 
 
 # -- no raw errors from kernel mistakes -----------------------------------------------------------------

@@ -352,8 +352,9 @@ def _nz_want(rows=(0,)):
     return want
 
 
-def _nonzero(src_view, dst_parts=None, dst_free=None, dst_dtype=nl.int32):
-    """nonzero_with_count of ``src_view(tile)`` of a [64, 6] tile into a [dst_parts, 7] int32 tile."""
+def _nonzero(src_view, dst_parts=None, dst_free=None, dst_dtype=nl.int32, imm=None):
+    """nonzero_with_count of ``src_view(tile)`` of a [64, 6] tile into a [dst_parts, 7] int32 tile; ``imm``
+    (index_offset, padding_val) break it (kept: 0, -1)."""
     def run(bad, new, lines):
         def k(x):
             t = x_sb(x)
@@ -362,7 +363,8 @@ def _nonzero(src_view, dst_parts=None, dst_free=None, dst_dtype=nl.int32):
                            dtype=dst_dtype if bad else nl.int32, buffer=nl.sbuf)
             nisa.memset(dst=d, value=-1)
             lines.append(_line())
-            nisa.nonzero_with_count(dst=d, src=src)
+            nisa.nonzero_with_count(dst=d, src=src, index_offset=imm[0] if bad and imm else 0,
+                                    padding_val=imm[1] if bad and imm else -1)
             out = nl.ndarray((2, d.shape[1]), dtype=d.dtype, buffer=nl.shared_hbm)
             nisa.dma_copy(dst=out, src=d[0:32:16])
             return out
@@ -442,6 +444,36 @@ def _matmul_mx(st_dtype=nl.float8_e4m3fn_x4, k_st=32, k_mv=32, m=16, n=24, dst=(
             return _out(o)
         return _run(kern, X, target="trn3"), np.zeros((16, 24), np.float32)
     return run
+
+
+def _matmul_mx_bf16(n: int, lines: list):
+    """nc_matmul_mx of zero MX data into a bfloat16 PSUM dst [16, n] on trn3 (the page: n up to 8192 with a
+    bfloat16 dst, the 8 PSUM banks; the shared free-size-limit counts PSUM in bytes, 16 KiB per partition)."""
+    def kern(a):
+        st = nl.ndarray((32, 16), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+        mv = nl.ndarray((32, n), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+        nisa.memset(dst=st, value=0)
+        nisa.memset(dst=mv, value=0)
+        ss, ms = _scale(32, 16), _scale(32, n)
+        nisa.memset(dst=ss, value=127)
+        nisa.memset(dst=ms, value=127)
+        acc = nl.ndarray((16, n), dtype=nl.bfloat16, buffer=nl.psum)
+        lines.append(_line())
+        nisa.nc_matmul_mx(dst=acc, stationary=st, moving=mv, stationary_scale=ss, moving_scale=ms)
+        o = _sb((16, n))
+        nisa.tensor_copy(dst=o, src=acc)
+        return _out(o)
+    return _run(kern, X, target="trn3")
+
+
+def test_matmul_mx_bf16_dst_fills_the_8_psum_banks():
+    got = _matmul_mx_bf16(8192, [])
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.zeros((16, 8192), np.float32))
+    lines: list = []
+    with pytest.raises(KernelRuleError) as err:
+        _matmul_mx_bf16(8193, lines)
+    assert err.value.rule == "matmul-moving-size" and err.value.loc.line == lines[-1], str(err.value)
+    assert "8192" in str(err.value)
 
 
 # -- registers -----------------------------------------------------------------------------------------------------
@@ -679,6 +711,7 @@ CASES: dict[tuple[str, str], Case] = {
     ("nonzero_with_count", "start-partition"): Case(_nonzero(lambda t: t[1:33]), "src"),
     ("nonzero_with_count", "partition-mismatch"): Case(_nonzero(lambda t: t[0:32], dst_parts=16), "dst"),
     ("nonzero_with_count", "shape-mismatch"): Case(_nonzero(lambda t: t[0:32], dst_free=6), "dst"),
+    ("nonzero_with_count", "nonzero-immediate"): Case(_nonzero(lambda t: t[0:32], imm=(0, -1.5)), None),
     ("topk", "dtype"): Case(_topk(src_dtype=nl.float32), "src"),
     ("topk", "topk-partitions"): Case(_topk(src_parts=24, val_parts=24), "src"),
     ("topk", "partition-mismatch"): Case(_topk(val_parts=32), "val_dst"),
@@ -773,7 +806,7 @@ COVERAGE: dict[str, tuple[str, ...]] = {
                      "num-valid-indices", "shape-mismatch"),
     "sequence_bounds": ("partition-dim", "dtype", "shape-mismatch"),
     "nonzero_with_count": ("target-support", "partition-step", "start-partition", "partition-mismatch",
-                           "shape-mismatch", "dtype"),
+                           "shape-mismatch", "dtype", "nonzero-immediate"),
     "topk": ("target-support", "dtype", "topk-partitions", "partition-mismatch", "topk-n", "topk-k",
              "topk-indices", "topk-src-size"),
     "nc_matmul_mx": ("target-support", "mx-buffer", "mx-dtype", "matmul-contraction", "mx-partitions",
@@ -884,6 +917,28 @@ def test_keeping_the_constraint_runs(opcode, rule, new):
     got, want = CASES[(opcode, rule)].run(False, new, [])
     if want is not None:
         np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=1e-6)
+
+
+@pytest.mark.parametrize("imm", [(1.0, -1), (2 ** 31, -1), (0, -2 ** 31 - 1), (True, -1), (0, nl.float32)])
+def test_nonzero_immediates_are_int32(imm):
+    lines: list = []
+    with pytest.raises(KernelRuleError) as err:
+        _nonzero(lambda t: t[0:32], imm=imm)(True, True, lines)
+    assert err.value.rule == "nonzero-immediate" and err.value.loc.line == lines[-1], str(err.value)
+
+
+def test_nonzero_immediates_at_the_int32_bounds_run():
+    def k(x):
+        t = x_sb(x)
+        d = nl.ndarray((32, 7), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.nonzero_with_count(dst=d, src=t[0:32], index_offset=2 ** 31 - 7, padding_val=-2 ** 31)
+        out = nl.ndarray((1, 7), dtype=nl.int32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=d[0:1])
+        return out
+    want = np.full((1, 7), -2 ** 31, np.int64)
+    nz = np.flatnonzero(NZ[0])
+    want[0, :nz.size], want[0, 6] = nz + 2 ** 31 - 7, nz.size
+    np.testing.assert_array_equal(np.asarray(_run(k, NZ), np.int64), want)
 
 
 def test_register_alloc_of_a_tile_is_a_register_load():

@@ -41,7 +41,8 @@ def test_generation_features():
 def test_tile_limits():
     for t in TARGETS.values():
         assert (t.stationary_fmax, t.moving_fmax, t.bn_stats_fmax) == (128, 512, 512)
-        assert (t.sbuf_free_elems_max, t.psum_free_elems_max, t.max_ap_free_dims) == (65536, 4096, 4)
+        assert (t.sbuf_free_elems_max, t.psum_free_bytes_max, t.max_ap_free_dims) == (65536, 16384, 4)
+        assert t.psum_free_bytes_max == t.psum_bytes_per_partition
 
 
 def test_hbm_bandwidth_is_shared_by_the_cores():

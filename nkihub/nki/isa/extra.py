@@ -296,8 +296,20 @@ def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
     _tile(dst, "dst"), _tile(src, "src")
     step = _CORE_PARTITIONS
     emit("nonzero_with_count", "gpsimd", {"dst": dst[0:dst.shape[0]:step]}, {"src": src[0:src.shape[0]:step]},
-         {"index_offset": int(index_offset), "padding_val": float(padding_val)})
+         {"index_offset": _immediate(index_offset), "padding_val": _immediate(padding_val)})
     return dst
+
+
+def _immediate(value):
+    """An immediate attribute as the author gave it (an int, a float, a bool), numpy scalars as Python ones,
+    anything else by its repr, so a row rule can refuse what the page does not allow."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    return repr(value)
 
 
 _CORE_PARTITIONS = 16   # each GpSimd core serves 16 contiguous partitions

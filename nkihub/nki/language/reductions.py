@@ -30,8 +30,21 @@ def reduce(op: str, x: NkiTensor, axis, dtype=None, keepdims=False, negate=False
     shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape)) if keepdims else \
         tuple(s for i, s in enumerate(x.shape) if i not in axes)
     out = ndarray(shape, result_dtype(x, dtype=dtype), buffer=sbuf, name=f"reduce_{op}")
-    nisa.tensor_reduce(out, op, x, axis=list(axes), negate=negate, keepdims=keepdims)
+    view, axes = reduced_last(x, axes)
+    nisa.tensor_reduce(out, op, view, axis=list(axes), negate=negate, keepdims=keepdims)
     return out
+
+
+def reduced_last(x: NkiTensor, axes: tuple[int, ...]) -> tuple[NkiTensor, tuple[int, ...]]:
+    """``x`` [P, F...] as the Vector Engine reduces it, with the reduced free ``axes`` the last, consecutive
+    ones (the nki.isa.tensor_reduce page requires that): a permuted view (the kept axes in their order, then
+    the reduced ones; no data moves) and the axes to name, ``(ndim - len(axes), ..., ndim - 1)``. ``x`` itself
+    when its axes already are the last ones."""
+    last = tuple(range(x.ndim - len(axes), x.ndim))
+    if tuple(sorted(axes)) == last:
+        return x, tuple(sorted(axes))
+    kept = tuple(i for i in range(x.ndim) if i not in axes)
+    return x.permute(kept + tuple(sorted(axes))), last
 
 
 @nki_op("maximum")

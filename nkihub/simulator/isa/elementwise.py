@@ -318,6 +318,12 @@ def _act_cost(ins, program, target):
     return cr.seconds(cr.scalar_cycles(_n(ins) * cr.stride_slowdown(ins, program), reduce="reduce_res" in ins.dst), target, "scalar")
 
 
+ACT_BIAS_V2 = Documented("activation-bias", ("bias",), None,
+                         "on NeuronCore-v2 a bias is a [N, 1] vector (a compile-time scalar bias from NeuronCore-v3)")
+ACT_RECIPROCAL_BIAS_V2 = Documented("activation-bias", ("bias",), "nki.api.shared (Supported activation functions)",
+                                    "on NeuronCore-v2 activation with op=reciprocal takes no bias")
+
+
 def _act_rules(ins, program, target):
     if "reduce_res" in ins.dst and ins.dst["reduce_res"].size // max(1, partitions(ins.dst["reduce_res"])) != 1:
         raise fail("reduce-result-shape", "reduce_res must hold one element per partition", ins, program,
@@ -328,9 +334,23 @@ documents(Documented("reduce-result-shape", ("reduce_res",), None,
                                 "reduce_res holds one element per partition ([P, 1])"))(_act_rules)
 
 
+@documents(ACT_BIAS_V2, ACT_RECIPROCAL_BIAS_V2)
+def _act_bias_v2(ins, program, target):
+    """On NeuronCore-v2 an activation bias, when given, is a tile (the page's Layout section), and
+    op=reciprocal takes none (the activation functions table's note)."""
+    if target.nc_version != "gen2":
+        return
+    if ins.attrs.get("bias") is not None:
+        raise ACT_BIAS_V2.fail(f"bias is the scalar {ins.attrs['bias']!r}; on {target.name} (NeuronCore-v2) it "
+                               "must be a [N, 1] vector (a scalar bias needs NeuronCore-v3+)", ins, program, "bias")
+    if "bias" in ins.src and ins.attrs.get("op") == "reciprocal":
+        raise ACT_RECIPROCAL_BIAS_V2.fail(f"activation(op=reciprocal) takes no bias on {target.name} "
+                                          "(NeuronCore-v2)", ins, program, "bias")
+
+
 register("activation", engines={"scalar"}, execute=_activation, cost=_act_cost, bind=_act_bind,
          rules=COMPUTE_RULES + (cited_same_partitions("dst", "data", "bias", "scale"), cited_same_free_size("dst", "data"),
-                                _act_rules, exact_partitions("dst", "reduce_res"),
+                                _act_rules, _act_bias_v2, exact_partitions("dst", "reduce_res"),
                                 operand_dtype("nki.isa.activation", scale=frozenset({"float32"}),
                                               bias=frozenset({"float32", "float16", "bfloat16"})),
                                 column_operand("data", "scale", "bias",

@@ -161,7 +161,7 @@ def _nonzero_with_count(ins, src, dst, ctx):
     p = data.shape[0]
     flat = f32(data).reshape(p, -1)
     t = flat.shape[1]
-    res = np.full((p, t + 1), float(ins.attrs.get("padding_val", -1)), dtype=np.float64)
+    res = np.full((p, t + 1), int(ins.attrs.get("padding_val", -1)), dtype=np.int64)
     offset = int(ins.attrs.get("index_offset", 0))
     for r in range(p):
         nz = np.flatnonzero(flat[r] != 0)
@@ -178,13 +178,26 @@ NZ_CORES = Documented("partition-mismatch", ("dst",), _NZ, "src and dst span the
 NZ_SHAPE = Documented("shape-mismatch", ("dst",), _NZ,
                       "dst holds one element more per partition than src (the indices and the count)")
 NZ_DTYPE = Documented("dtype", ("src", "dst"), _NZ, "src is float32 or int32, dst int32")
+NZ_IMMEDIATES = Documented("nonzero-immediate", (), _NZ,
+                           "index_offset and padding_val are int32 immediates (integers within int32 range)")
+_INT32 = np.iinfo(np.int32)
 
 
-@documents(NZ_STEP, NZ_START, NZ_CORES, NZ_SHAPE, NZ_DTYPE)
+def _nonzero_immediates(ins, program) -> None:
+    """index_offset and padding_val: Python/numpy integers (not bools) within int32 range."""
+    for name, default in (("index_offset", 0), ("padding_val", -1)):
+        v = ins.attrs.get(name, default)
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not _INT32.min <= v <= _INT32.max:
+            raise NZ_IMMEDIATES.fail(f"{name} is {v!r}; it must be an int32 integer "
+                                     f"({_INT32.min}..{_INT32.max})", ins, program)
+
+
+@documents(NZ_STEP, NZ_START, NZ_CORES, NZ_SHAPE, NZ_DTYPE, NZ_IMMEDIATES)
 def _nonzero_rules(ins, program, target):
-    """src and dst on the first partition of GpSimd cores (partitions 0, 16, 32, ...); dst holds one element
-    more per partition than src (the count). (The page's "in SBUF" is the shared engine-buffer rule: GpSimd
+    """index_offset and padding_val int32 integers; src and dst on the first partition of GpSimd cores
+    (partitions 0, 16, 32, ...); dst holds one element more per partition than src (the count). (The page's "in SBUF" is the shared engine-buffer rule: GpSimd
     reaches neither HBM nor PSUM.)"""
+    _nonzero_immediates(ins, program)
     s, d = ins.src["src"], ins.dst["dst"]
     for role, ap in (("src", s), ("dst", d)):
         spec = program.tensor_of(ap)

@@ -31,6 +31,12 @@ def _reduce_rules(ins, program, target):
         alu.reduce_name(ins.attrs["op"])
     except ValueError as exc:
         raise fail("reduce-op", str(exc), ins, program, "data") from None
+    last = tuple(range(ndim - len(set(axes)), ndim))
+    if tuple(sorted(set(axes))) != last:
+        raise fail("reduce-axes-last", f"reduces axes {tuple(axes)} of a {ndim}-d tile "
+                   f"{tuple(ins.src['data'].shape)}; the reduced axes must be the last, consecutive free axes, ending at axis {ndim - 1} (e.g. "
+                   f"{last}); nl reductions move them last, or permute the view (source: nki.isa.tensor_reduce)",
+                   ins, program, "data")
     data, dst = ins.src["data"], ins.dst["dst"]
     kept = 1
     for i, n in enumerate(data.shape[1:], start=1):
@@ -76,6 +82,8 @@ def _reduce_cost(ins, program, target):
 
 
 documents(Documented("reduce-axis", ("data",), None, "axis names free axes only (axis 0 is the partition dim)"),
+          Documented("reduce-axes-last", ("data",), None, "the reduced axes are the last, consecutive free axes, "
+                     "ending at the final axis (axis=(2, 3) of [P, D1, D2, D3], not (1, 2) or (1, 3))"),
           Documented("reduce-op", ("data",), None, "op is a reduction operator (add, max, ...)"),
           Documented("reduce-output-shape", ("dst",), None, "dst's elements per partition are consistent with "
                      "axis (1 when every free axis is reduced)"))(_reduce_rules)
