@@ -697,6 +697,25 @@ def _swap(bad, lines, dst_shape, dtype, buffer):
     return _run(k, x, grid=2), x[::-1]
 
 
+def _sendrecv_ring(bad, new, lines):
+    """Kept: two cores swap tiles (ranks 0 and 1). Broken: a ring over a launch of 4 programs, core c sending
+    to (c + 1) % 4 (a consistent pairing, but ranks 2 and 3 are not cores of an LNC=2 Logical NeuronCore)."""
+    if not bad:
+        return _swap(False, lines, (4, 8), nl.float32, nl.sbuf)
+
+    def k(x):
+        c = nl.program_id(0)
+        t = x_sb(x[c])
+        got = _sb((4, 8))
+        lines.append(_line())
+        nisa.sendrecv(src=t, dst=got, send_to_rank=(c + 1) % 4, recv_from_rank=(c + 3) % 4, pipe_id=0)
+        out = nl.ndarray((4, 4, 8), dtype=got.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[c], src=got)
+        return out
+    x = np.arange(4 * 4 * 8, dtype=np.float32).reshape(4, 4, 8)
+    return _run(k, x, grid=4), np.roll(x, 1, axis=0)
+
+
 # (table row, rule name) -> case. The row is the instruction the public function emits (dma_copy through an
 # indirect access pattern is the row dma_copy_indirect).
 CASES: dict[tuple[str, str], Case] = {
@@ -791,6 +810,7 @@ CASES: dict[tuple[str, str], Case] = {
     ("sendrecv", "shape-mismatch"): Case(_sendrecv(dst_shape=(2, 16)), "dst"),
     ("sendrecv", "dtype-mismatch"): Case(_sendrecv(dtype=nl.bfloat16), "dst"),
     ("sendrecv", "sendrecv-buffer"): Case(_sendrecv(buffer=nl.shared_hbm), "dst"),
+    ("sendrecv", "sendrecv-rank"): Case(_sendrecv_ring, "src"),
     ("core_barrier", "core-barrier-cores"): Case(_barrier(cores=(0,)), "data"),
     ("core_barrier", "core-barrier-data"): Case(_barrier(on_chip=True), "data"),
     ("nonzero_with_count", "dtype"): Case(_nonzero(lambda t: t[0:32], dst_dtype=nl.float32), "dst"),
@@ -845,7 +865,7 @@ COVERAGE: dict[str, tuple[str, ...]] = {
     "register_move": (),
     "register_store": ("register-operand", "register-buffer"),
     "core_barrier": ("target-support", "core-barrier-cores", "core-barrier-data"),
-    "sendrecv": ("target-support", "shape-mismatch", "dtype-mismatch", "sendrecv-buffer"),
+    "sendrecv": ("target-support", "shape-mismatch", "dtype-mismatch", "sendrecv-buffer", "sendrecv-rank"),
     "rng": ("dtype", "rng-engine"),
     "rand2": ("target-support", "scalar-operand-shape", "rand2-range"),
     "rand_set_state": ("target-support", "rng-state-dtype", "rng-state", "rng-engine", "rng-state-buffer"),
