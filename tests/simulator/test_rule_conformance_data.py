@@ -239,6 +239,30 @@ def _transpose_dge(mode=None, dtype=None):
     return run
 
 
+def _transpose_gather(table_dtype=np.float32, idx_dtype=nl.int32, rows=4, width=8, target=None):
+    """The current dialect's dma_transpose of rows of an HBM table picked by an SBUF index tile (a
+    vector_offset view, the page's indirect transpose). Kept: a float16 [32, 8] table, 16 uint32 indices
+    (the page's limits); broken: ``table_dtype``/``idx_dtype``/``rows``/``width``/``target`` (by default the
+    old-dialect test's float32 table and 4 int32 indices)."""
+    def run(bad, new, lines):
+        dt, it, n, w = (table_dtype, idx_dtype, rows, width) if bad else (np.float16, nl.uint32, 16, 8)
+
+        def k(table, idx):
+            ids = _sb((n, 1), it)
+            nisa.dma_copy(dst=ids, src=idx)
+            # a src wider than 128 transposes into HBM (an SBUF dst would have more than 128 partitions)
+            d = nl.ndarray((w, n), dtype=table.dtype, buffer=nl.shared_hbm if w > P else nl.sbuf)
+            lines.append(_line())
+            nisa.dma_transpose(dst=d, src=table.ap(pattern=[[w, n], [1, w]], offset=0, vector_offset=ids,
+                                                   indirect_dim=0))
+            return d if w > P else _out(d)
+        table = (np.arange(32 * w) % 251).reshape(32, w).astype(dt)
+        idx = ((np.arange(n) * 7) % 32).reshape(n, 1).astype(np.int32 if it == nl.int32 else np.uint32)
+        got = _run(k, table, idx, target=target if bad else None)
+        return got, table[idx[:, 0]].T
+    return run
+
+
 def x_sb(x):
     t = _sb(x.shape)
     nisa.dma_copy(dst=t, src=x)
@@ -673,6 +697,25 @@ def _swap(bad, lines, dst_shape, dtype, buffer):
     return _run(k, x, grid=2), x[::-1]
 
 
+def _sendrecv_ring(bad, new, lines):
+    """Kept: two cores swap tiles (ranks 0 and 1). Broken: a ring over a launch of 4 programs, core c sending
+    to (c + 1) % 4 (a consistent pairing, but ranks 2 and 3 are not cores of an LNC=2 Logical NeuronCore)."""
+    if not bad:
+        return _swap(False, lines, (4, 8), nl.float32, nl.sbuf)
+
+    def k(x):
+        c = nl.program_id(0)
+        t = x_sb(x[c])
+        got = _sb((4, 8))
+        lines.append(_line())
+        nisa.sendrecv(src=t, dst=got, send_to_rank=(c + 1) % 4, recv_from_rank=(c + 3) % 4, pipe_id=0)
+        out = nl.ndarray((4, 4, 8), dtype=got.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[c], src=got)
+        return out
+    x = np.arange(4 * 4 * 8, dtype=np.float32).reshape(4, 4, 8)
+    return _run(k, x, grid=4), np.roll(x, 1, axis=0)
+
+
 # (table row, rule name) -> case. The row is the instruction the public function emits (dma_copy through an
 # indirect access pattern is the row dma_copy_indirect).
 CASES: dict[tuple[str, str], Case] = {
@@ -693,6 +736,7 @@ CASES: dict[tuple[str, str], Case] = {
     ("dma_transpose", "transpose-dge-mode"): Case(_transpose_dge(mode="swdge"), "src", old=True),
     ("dma_transpose", "transpose-hwdge"): Case(_transpose_dge(dtype=nl.float32), "src", old=True),
     ("dma_transpose", "transpose-shape"): Case(_transpose(dst_shape=(8, 16)), "dst"),
+    ("dma_transpose", "transpose-swdge"): Case(_transpose_gather(), "src"),
     ("dma_compute", "dma-compute-sources"): Case(_dma_compute(sources=17), "dst"),
     ("dma_compute", "dma-buffer"): Case(_dma_compute(psum=True), "src1"),
     ("dma_compute", "dma-size"): Case(_dma_compute(size=True), "src1"),
@@ -766,6 +810,7 @@ CASES: dict[tuple[str, str], Case] = {
     ("sendrecv", "shape-mismatch"): Case(_sendrecv(dst_shape=(2, 16)), "dst"),
     ("sendrecv", "dtype-mismatch"): Case(_sendrecv(dtype=nl.bfloat16), "dst"),
     ("sendrecv", "sendrecv-buffer"): Case(_sendrecv(buffer=nl.shared_hbm), "dst"),
+    ("sendrecv", "sendrecv-rank"): Case(_sendrecv_ring, "src"),
     ("core_barrier", "core-barrier-cores"): Case(_barrier(cores=(0,)), "data"),
     ("core_barrier", "core-barrier-data"): Case(_barrier(on_chip=True), "data"),
     ("nonzero_with_count", "dtype"): Case(_nonzero(lambda t: t[0:32], dst_dtype=nl.float32), "dst"),
@@ -800,7 +845,7 @@ COVERAGE: dict[str, tuple[str, ...]] = {
     "dma_copy": ("dma-buffer", "dma-rmw-op", "dma-rmw-oob", "dma-size", "indirect-offsets", "indirect-offsets-buffer",
                  "indirect-table-buffer", "partition-dim-limit"),
     "dma_transpose": ("dma-buffer", "dma-size", "transpose-axes", "transpose-shape", "transpose-dge-mode",
-                      "transpose-hwdge"),
+                      "transpose-hwdge", "transpose-swdge"),
     "dma_compute": ("dma-compute-sources", "dma-buffer", "dma-size", "reduce-op", "dma-compute-scales"),
     "local_gather": ("local-gather-partitions", "index-dtype", "dtype-mismatch", "num-elem-per-idx",
                      "num-valid-indices", "shape-mismatch"),
@@ -820,7 +865,7 @@ COVERAGE: dict[str, tuple[str, ...]] = {
     "register_move": (),
     "register_store": ("register-operand", "register-buffer"),
     "core_barrier": ("target-support", "core-barrier-cores", "core-barrier-data"),
-    "sendrecv": ("target-support", "shape-mismatch", "dtype-mismatch", "sendrecv-buffer"),
+    "sendrecv": ("target-support", "shape-mismatch", "dtype-mismatch", "sendrecv-buffer", "sendrecv-rank"),
     "rng": ("dtype", "rng-engine"),
     "rand2": ("target-support", "scalar-operand-shape", "rand2-range"),
     "rand_set_state": ("target-support", "rng-state-dtype", "rng-state", "rng-engine", "rng-state-buffer"),
@@ -939,6 +984,36 @@ def test_nonzero_immediates_at_the_int32_bounds_run():
     nz = np.flatnonzero(NZ[0])
     want[0, :nz.size], want[0, 6] = nz + 2 ** 31 - 7, nz.size
     np.testing.assert_array_equal(np.asarray(_run(k, NZ), np.int64), want)
+
+
+@pytest.mark.parametrize("kw,why", [
+    (dict(table_dtype=np.float16, idx_dtype=nl.uint32, rows=16, target="trn1"), "NeuronCore-v3"),
+    (dict(table_dtype=np.float16, idx_dtype=nl.uint32, rows=16, width=136), "src.shape[-1] = 136"),
+    (dict(table_dtype=np.float32, idx_dtype=nl.uint32, rows=16), "2-byte"),
+    (dict(table_dtype=np.float16, idx_dtype=nl.uint32, rows=8), "multiple of 16"),
+    (dict(table_dtype=np.float16, idx_dtype=nl.int32, rows=16), "uint32"),
+], ids=["trn1", "wide", "float32", "8-rows", "int32-indices"])
+def test_each_indirect_transpose_limit_is_refused(kw, why):
+    lines: list = []
+    with pytest.raises(KernelRuleError) as err:
+        _transpose_gather(**kw)(True, True, lines)
+    assert err.value.rule == "transpose-swdge" and why in str(err.value), str(err.value)
+    assert err.value.loc.line == lines[-1]
+
+
+def test_the_old_dialect_transposes_gathered_rows_without_the_indirect_limits():
+    # The 2.2x dma_transpose page states no indirect limits: a float32 table and 4 int32 indices run there.
+    table = np.arange(6 * 8, dtype=np.float32).reshape(6, 8)
+
+    def k(t, idx):
+        from nkihub.nki.compat import language as old_nl
+        i = old_nl.load(idx)
+        ip, iy = old_nl.arange(4)[:, None], old_nl.arange(8)[None, :]
+        d = old_isa.dma_transpose(t[i[ip, 0], iy])
+        out = old_nl.ndarray(d.shape, dtype=d.dtype, buffer=old_nl.shared_hbm)
+        old_nl.store(out, d)
+        return out
+    np.testing.assert_array_equal(_run(k, table, IDX), table[IDX[:, 0]].T)
 
 
 def test_register_alloc_of_a_tile_is_a_register_load():

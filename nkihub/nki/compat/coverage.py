@@ -68,8 +68,8 @@ NOTES = {
     "nki.language.average": "an operator constant; no instruction takes it yet",
     "nki.isa.core_barrier": "between the program instances of a launch (e.g. kernel[nl.nc(2)]); trn2+, cores (0, 1), "
                             "data in HBM",
-    "nki.isa.sendrecv": "between the program instances of a launch; every instance joins the exchange; trn2+, SBUF "
-                        "tiles of one dtype and shape",
+    "nki.isa.sendrecv": "between the 2 program instances of a launch (e.g. kernel[nl.nc(2)]), ranks 0 and 1 "
+                        "(LNC=2); trn2+, SBUF tiles of one dtype and shape",
     "neuronxcc.nki.language.all_reduce": "across the SPMD program instances along program_axes",
     "neuronxcc.nki.language.gemm_grid": "the index grid of a [128, 512] tile (the stub describes no return value)",
     "neuronxcc.nki.language.gemm_stationary_grid": "the index grid of a [128, 128] tile (the stub describes no "

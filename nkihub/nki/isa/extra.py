@@ -174,6 +174,14 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=None, oob_mode=No
     """dst = src with its axes permuted (default reversed) through a DMA queue. A gathering ``src`` (an
     indirect view, e.g. rows picked by an index tile) is gathered into an HBM staging tensor first: the
     same values, one more DMA pass in the cost model than the hardware's fused descriptors."""
+    return transpose_in("nki", dst, src, axes=axes, dge_mode=dge_mode, oob_mode=oob_mode)
+
+
+def transpose_in(dialect: str, dst, src, axes=None, dge_mode=None, oob_mode=None):
+    """``nisa.dma_transpose`` as the ``dialect`` ("nki" or "neuronxcc") calls it. A transpose of a
+    vector-offset view records its gather (attr ``gather``: the index tile's shape, dtype and buffer, the
+    table's buffer) and the dialect (attr ``dialect``): the current page's indirect limits are the row's
+    ``transpose-swdge`` rule; the 2.2x page states none."""
     _tile(dst, "dst"), _tile(src, "src")
     attrs = {"axes": list(axes) if axes else None}
     # AWS's enum values (0..3) are accepted as nki-library passes them (dge_mode=3 for none).
@@ -183,6 +191,10 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=None, oob_mode=No
         attrs.update(dge_mode=mode, indirect=src.indirect is not None)
     if src.indirect is not None:
         from nkihub.nki import indirect
+        if src.indirect.mode == "vector":
+            idx = src.indirect.offsets
+            attrs.update(dialect=dialect, gather={"indices": list(idx.shape), "indices_dtype": str(idx.spec.dtype),
+                                                  "indices_buffer": idx.buffer, "table_buffer": src.buffer})
         src = indirect.staged(src, "nisa.dma_transpose", "error" if oob_mode is None else _cmd(oob_mode))
     emit("dma_transpose", "dma", {"dst": dst}, {"src": src}, attrs)
     return dst

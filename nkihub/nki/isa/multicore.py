@@ -38,7 +38,8 @@ def _sendrecv_pairs(events) -> dict:
             raise KernelRuleError("sendrecv-mismatch", f"sendrecv: rank {ev.attrs['me']} sends to rank {to}, "
                                   f"which does not receive from it", loc=ev.loc)
         pairs.append([i, ranks.index(to)])
-    return {"pairs": pairs}
+    # the author's (send_to_rank, recv_from_rank) of each participant: the row's sendrecv-rank rule
+    return {"pairs": pairs, "ranks": [[ev.attrs["send_to"], ev.attrs["recv_from"]] for ev in events]}
 
 
 def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=None, name=None):

@@ -181,11 +181,23 @@ SR_DTYPE = Documented("dtype-mismatch", ("dst",), _SR, "src and dst have the sam
 SR_SHAPE = Documented("shape-mismatch", ("dst",), _SR, "src and dst have the same partition dimension size and "
                       "the same number of elements per partition")
 
+# The page: sendrecv runs between the NeuronCores of a Logical NeuronCore that share an HBM stack, "therefore
+# send_to_rank and recv_from_rank must be either 0 or 1" (two cores, LNC=2: nkihub's launch of 2 programs, as
+# core_barrier's cores (0, 1)).
+SR_RANK = Documented("sendrecv-rank", ("src",), _SR, "send_to_rank and recv_from_rank are 0 or 1: the two "
+                     "NeuronCores of a Logical NeuronCore (LNC=2) sharing an HBM stack")
 
-@documents(SR_BUFFER, SR_DTYPE, SR_SHAPE)
+
+@documents(SR_RANK, SR_BUFFER, SR_DTYPE, SR_SHAPE)
 def _sendrecv_rules(ins, program, target):
-    """SBUF operands; for each (source, target) pair the target's dst0 has the source's src0 dtype, partitions
-    and elements per partition (sendrecv moves the data unchanged; a size mismatch was numpy's reshape error)."""
+    """Ranks 0 or 1 (attr ``ranks``: each participant's send_to_rank, recv_from_rank, recorded by the front
+    end); SBUF operands; for each (source, target) pair the target's dst0 has the source's src0 dtype,
+    partitions and elements per partition (sendrecv moves the data unchanged; a size mismatch was numpy's
+    reshape error)."""
+    for i, (to, frm) in enumerate(ins.attrs.get("ranks", ())):
+        if to not in (0, 1) or frm not in (0, 1):
+            raise SR_RANK.fail(f"participant {i} sends to rank {to} and receives from rank {frm}; ranks are 0 or 1 "
+                               "(the two NeuronCores sharing an HBM stack under LNC=2)", ins, program, f"p{i}_src0")
     for role, ap in (*ins.src.items(), *ins.dst.items()):
         if program.tensor_of(ap).buffer != "sbuf":
             raise SR_BUFFER.fail(f"{role.split('_', 1)[1]} must be in SBUF", ins, program, role)

@@ -139,11 +139,54 @@ TRANSPOSE_HWDGE = Documented("transpose-hwdge", ("src",), "nki.isa.dma_transpose
                              "{1, 2, 4, 8, 16} with src.shape[0] * src.shape[-2] % 16 == 0 for 3-d/4-d; "
                              "src.shape[-1] <= 128; a 2-byte dtype")
 HWDGE_ROWS = (1, 2, 4, 8, 16)
+# The current page's "DMA Indirect Transpose Constraints" (a transpose of a vector_offset view, lowered to a
+# software-DGE gather-transpose). The 2.2x page states none, so the old dialect's transposes are not held to them.
+# The table in HBM and the indices in SBUF are the staged gather's rules (indirect-table-buffer,
+# indirect-offsets-buffer), checked first.
+TRANSPOSE_SWDGE = Documented("transpose-swdge", ("src",), "nki.isa.dma_transpose",
+                             "an indirect transpose (current dialect): NeuronCore-v3 and newer; src.shape[-1] <= "
+                             "128, a 2-byte dtype, src.shape[0] a multiple of 16, a 4-d src with dim 1 or 2 of "
+                             "size 1; uint32 indices, 2-d, of 16 to 128 rows in steps of 16 (exactly 128 with more "
+                             "than one column), at least src.shape[0] of them")
+
+
+def _indirect_limits(ins, program, target) -> str | None:
+    """Why a current-dialect transpose of a vector_offset view breaks the page's indirect limits, or None
+    (attrs ``gather``: the index tile's shape, dtype, buffer; ``dialect``)."""
+    g = ins.attrs.get("gather")
+    if g is None or ins.attrs.get("dialect") != "nki":
+        return None
+    shape, spec, idx = tuple(ins.src["src"].shape), program.tensor_of(ins.src["src"]), tuple(g["indices"])
+    if target.nc_version == "gen2":
+        return f"an indirect transpose needs NeuronCore-v3 or newer, not {target.name}"
+    if shape[-1] > 128:
+        return f"src.shape[-1] = {shape[-1]}; at most 128"
+    if spec.np_dtype.itemsize != 2:
+        return f"src is {spec.dtype}; an indirect transpose moves 2-byte dtypes"
+    if shape[0] % 16:
+        return f"src.shape[0] = {shape[0]} must be a multiple of 16"
+    if len(shape) == 4 and 1 not in shape[1:3]:
+        return f"a 4-d src {shape} needs src.shape[1] or src.shape[2] of 1"
+    if g["indices_dtype"] != "uint32":
+        return f"the indices are {g['indices_dtype']}; uint32 is required"
+    if len(idx) != 2:
+        return f"the indices are {len(idx)}-d {idx}; 2-d is required"
+    if not 16 <= idx[0] <= 128 or idx[0] % 16:
+        return f"the indices have {idx[0]} rows; 16 to 128, a multiple of 16"
+    if idx[1] > 1 and idx[0] != 128:
+        return f"indices {idx} with more than one column need exactly 128 rows"
+    if idx[0] * idx[1] < shape[0]:
+        return f"{idx[0] * idx[1]} indices for src.shape[0] = {shape[0]} rows"
+    return None
 
 
 def _transpose_dge(ins, program, target) -> None:
-    """The DGE modes of dma_transpose and the hardware-DGE limits (attrs ``dge_mode``, ``indirect``)."""
+    """The indirect (software-DGE) limits, the DGE modes of dma_transpose and the hardware-DGE limits (attrs
+    ``gather``, ``dialect``, ``dge_mode``, ``indirect``)."""
     mode = ins.attrs.get("dge_mode")
+    why = _indirect_limits(ins, program, target)
+    if why:
+        raise TRANSPOSE_SWDGE.fail(why, ins, program, "src")
     if mode is None:
         return
     allowed = ("swdge",) if ins.attrs.get("indirect") else ("hwdge", "none")
@@ -170,7 +213,8 @@ def _transpose_dge(ins, program, target) -> None:
         raise TRANSPOSE_HWDGE.fail(f"dge_mode=hwdge: {why}", ins, program, "src")
 
 
-@documents(DMA_BUFFER, DMA_SIZE, DMA_PARTITIONS, TRANSPOSE_AXES, TRANSPOSE_SHAPE, TRANSPOSE_DGE, TRANSPOSE_HWDGE)
+@documents(DMA_BUFFER, DMA_SIZE, DMA_PARTITIONS, TRANSPOSE_AXES, TRANSPOSE_SHAPE, TRANSPOSE_DGE, TRANSPOSE_HWDGE,
+           TRANSPOSE_SWDGE)
 def _dma_transpose_rules(ins, program, target):
     """Supported axes, the DMA rules, the DGE modes, and dst's permuted shape."""
     s, d = ins.src["src"], ins.dst["dst"]

@@ -4,6 +4,8 @@ makes the same ``nki.isa`` call the current dialect makes, on views restricted b
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 import nkihub.nki.isa as _nisa
@@ -13,6 +15,7 @@ from nkihub.nki.unsupported import not_simulated
 from nkihub.nki.compat.affine import AffineExpr, PendingView, Predicate, restrict
 from nkihub.nki.isa import (dge_mode, dma_engine, engine, get_nc_version, gpsimd_engine, nc_version,  # noqa: F401
                      oob_mode, reduce_cmd, scalar_engine, tensor_engine, unknown_engine, vector_engine)
+from nkihub.nki.isa.extra import transpose_in
 from nkihub.nki.language.elementwise import result_dtype
 from nkihub.nki.tensor import NkiTensor
 
@@ -257,7 +260,7 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
     from nkihub.simulator.isa.partition import default_transpose_axes
     order = list(axes) if axes else default_transpose_axes(src.ndim)
     out = _nl.ndarray(tuple(src.shape[a] for a in order), dtype or src.dtype, buffer=_nl.sbuf, name="dma_t")
-    return _emit(_nisa.dma_transpose, out, mask, src, axes=axes, dge_mode=kwargs.get("dge_mode"))
+    return _emit(partial(transpose_in, "neuronxcc"), out, mask, src, axes=axes, dge_mode=kwargs.get("dge_mode"))
 
 
 def dropout(data, prob, *, mask=None, dtype=None, **kwargs):
