@@ -40,7 +40,7 @@ def nki_op(name: str):
 def op_name(op) -> str:
     """The operator name of ``op`` (an ``nl`` function, a numpy ufunc, or a string)."""
     if op is None:
-        raise ValueError("an operator is required")
+        _refuse("an operator is required here (None was given)")
     if isinstance(op, str):
         return _REDUCE_ALIASES.get(op, op)
     name = getattr(op, "_nki_op", None)
@@ -51,4 +51,12 @@ def op_name(op) -> str:
             return _NUMPY[op]
     except TypeError:
         pass
-    raise ValueError(f"{op!r} is not an operator the engines know; pass an nl function such as nl.add")
+    _refuse(f"{op!r} is not an operator the engines know")
+
+
+def _refuse(message: str):
+    """Raise ``operator-kind`` at the kernel line being traced."""
+    from nkihub.nki import tracing
+    from nkihub.simulator.errors import KernelRuleError
+    raise KernelRuleError("operator-kind", f"{message}; pass an nl function such as nl.add or nl.exp (source: "
+                          "nki.api.shared)", loc=tracing.caller_loc())

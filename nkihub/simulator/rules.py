@@ -130,6 +130,55 @@ def engine_buffers(ins, program, target):
                        "from PSUM", ins, program, in_psum[1])
 
 
+# Operator attributes and the table of the NKI API's common fields (nki.api.shared) each one names: ALU
+# operators ("Supported Math Operators for NKI ISA"), activation functions, reduction operators. The ``op``
+# of tensor_reduce and tensor_partition_reduce (a reduction) and of activate2 (its own list) is checked by
+# the row's own rule.
+_ALU_ATTRS = ("op0", "op1", "comp_op0", "comp_op1", "cmp_op", "dst_rmw_op")
+_ACTIVATION_OPS = frozenset({"activation"})
+_OWN_OP = frozenset({"tensor_reduce", "tensor_partition_reduce", "activate2"})   # rows that check their own op
+# Operators that take an operand, per instruction: (operator attribute, operand role or attribute).
+OPERATOR_OPERANDS = {"tensor_scalar": (("op0", "operand0"), ("op1", "operand1")),
+                     "scalar_tensor_tensor": (("op0", "operand0"),),
+                     "tensor_scalar_reduce": (("op0", "operand0"),),
+                     "tensor_scalar_cumulative": (("op0", "imm0"),)}
+
+
+def operator_kinds(ins, program, target):
+    """Each operator attribute names an operator of its table (nki.api.shared): ``op``/``op0``/``op1``
+    and the comparison operators are ALU operators, an activation's ``op`` an activation function,
+    ``reduce_op`` a reduction operator; an operator that takes an operand has it (tensor_scalar's op1 and
+    operand1 go together)."""
+    from nkihub.simulator.isa import alu
+    role = next(iter(ins.src), None) or next(iter(ins.dst), None)
+    for key in ("op",) + _ALU_ATTRS + ("reduce_op",):
+        name = ins.attrs.get(key)
+        if name is None or (key == "op" and ins.opcode in _OWN_OP):
+            continue
+        if key == "op" and ins.opcode in _ACTIVATION_OPS:
+            if name not in alu.ACTIVATIONS:
+                raise fail("activation-op", f"op {name!r} is not an activation function; {ins.opcode} takes one of "
+                           f"the activation functions table (nl.exp, nl.gelu, nl.copy, ...) (source: nki.api.shared)",
+                           ins, program, role)
+        elif key == "reduce_op":
+            try:
+                alu.reduce_name(name)
+            except ValueError:
+                raise fail("reduce-op", f"reduce_op {name!r} is not a reduction operator; use nl.add, nl.maximum, "
+                           "nl.minimum, ... (source: nki.api.shared)", ins, program,
+                           "reduce_res" if "reduce_res" in ins.dst else role) from None
+        elif name not in alu.ALU_OPS:
+            what = "an activation function" if name in alu.ACTIVATIONS else "not an operator the engines know"
+            raise fail("operator-kind", f"{key} {name!r} is {what}; {ins.opcode} takes ALU operators (the Supported "
+                       "Math Operators table: nl.add, nl.multiply, nl.maximum, ...; activation functions go to "
+                       "nisa.activation) (source: nki.api.shared)", ins, program, role)
+    for op_key, operand in OPERATOR_OPERANDS.get(ins.opcode, ()):
+        if ins.attrs.get(op_key) is not None and operand not in ins.src and ins.attrs.get(operand) is None:
+            raise fail("operator-operand", f"{op_key}={ins.attrs[op_key]!r} is given without {operand}; pass "
+                       f"{operand} (a number or a [P, 1] tile), or leave {op_key} unset (source: "
+                       f"nki.isa.{ins.opcode})", ins, program, role)
+
+
 def check_partitions(ins, program, roles, broadcast: bool) -> None:
     """The operands ``roles`` (those present) span the partitions of the first; with ``broadcast`` a
     one-partition operand is accepted too. Raises ``partition-mismatch``."""
@@ -217,7 +266,7 @@ def same_shape_as(data_role: str, *roles: str, source: str):
 
 
 COMPUTE_RULES = (partition_limit, partition_step, start_partition_rule, free_size_limit, on_chip_operands,
-                 engine_buffers)
+                 engine_buffers, operator_kinds)
 
 
 # -- documented constraints (issue 30) -------------------------------------------------------------------
@@ -309,6 +358,12 @@ documents(Documented("free-size-limit", _ANY, _ARCH,
           Documented("access-pattern-dims", _ANY, _ARCH, "at most 4 free dims in an access pattern"))(free_size_limit)
 documents(Documented("engine-buffer", _ANY, _ARCH,
                                        "compute engines read and write SBUF/PSUM, not HBM"))(on_chip_operands)
+documents(Documented("operator-kind", _ANY, "nki.api.shared",
+                     "op/op0/op1 and comparison operators are ALU operators"),
+          Documented("activation-op", _ANY, "nki.api.shared", "an activation's op is an activation function"),
+          Documented("reduce-op", _ANY, "nki.api.shared", "reduce_op is a reduction operator"),
+          Documented("operator-operand", _ANY, "nki.isa.{opcode}",
+                     "an operator that takes an operand (op0/operand0, op1/operand1) has it"))(operator_kinds)
 documents(Documented("engine-buffer", _ANY, "nki.isa.affine_select",
                                      "GpSimd does not access PSUM; a two-input Vector op reads at most one "
                                      "input from PSUM"))(engine_buffers)

@@ -167,6 +167,13 @@ CALLS: dict[str, Call] = {
         old=lambda t, a: old_isa.tensor_scalar(data=t["data"], operand0=t["operand0"], operand1=t["operand1"], **a),
         attrs={"op0": nl.multiply, "op1": nl.add}, old_attrs={"op0": np.multiply, "op1": np.add},
         expect=lambda i: i["data"] * i["operand0"] + i["operand1"], derived="data"),
+    # One operator: op1 and operand1 left out together.
+    "tensor_scalar/one_op": Call(
+        {"data": TILE, "operand0": COL, "dst": TILE},
+        new=lambda t, a: nisa.tensor_scalar(dst=t["dst"], data=t["data"], operand0=t["operand0"], **a),
+        old=lambda t, a: old_isa.tensor_scalar(data=t["data"], operand0=t["operand0"], **a),
+        attrs={"op0": nl.multiply}, old_attrs={"op0": np.multiply},
+        expect=lambda i: i["data"] * i["operand0"], derived="data"),
     "tensor_scalar_reduce": Call(
         {"data": TILE, "operand0": COL, "reduce_res": COL, "dst": TILE},
         new=lambda t, a: nisa.tensor_scalar_reduce(dst=t["dst"], data=t["data"], operand0=t["operand0"], reduce_res=t["reduce_res"], **a),
@@ -351,6 +358,12 @@ SPECIFIC = [
     Break("tensor_scalar_cumulative", "alu-op-kind", "src", attrs={"op0": nl.bitwise_and},
           old_attrs={"op0": np.bitwise_and}),
     Break("tensor_scalar", "alu-op-kind", "data", attrs={"op0": nl.bitwise_and}, old_attrs={"op0": np.bitwise_and}),
+    # Operators from the wrong table of nki.api.shared, and an operator without its operand.
+    Break("tensor_scalar", "operator-kind", "data", attrs={"op0": nl.exp}, old_attrs={"op0": np.exp}),
+    Break("scalar_tensor_tensor", "operator-kind", "data", attrs={"op1": nl.rsqrt}, old_attrs={"op1": nl.rsqrt}),
+    Break("tensor_scalar_reduce", "reduce-op", "reduce_res", attrs={"reduce_op": nl.exp},
+          old_attrs={"reduce_op": np.exp}),
+    Break("tensor_scalar/one_op", "operator-operand", "data", attrs={"op1": nl.add}, old_attrs={"op1": np.add}),
     Break("iota", "pattern-size", "dst", {"dst": _f(P, 32, dtype="int32")}, old=False),
     Break("affine_select", "engine-buffer", "on_true_tile", {"on_true_tile": _f(P, F, buffer="psum")}),
     Break("affine_select", "pattern-size", "dst", {"dst": _f(P, 32)}, old=False),
@@ -394,7 +407,7 @@ ELSEWHERE = {"partition-dim-limit": "a tile of over 128 partitions cannot be all
 # Shared rules a row's own rule states first (the row's page is more precise), so they never fire on it.
 SHADOWED = {("nc_matmul", "engine-buffer"): "matmul-buffer: stationary/moving in SBUF, dst in PSUM (nc_matmul page)"}
 # Rules cased once, on a representative call (they do not depend on the instruction).
-ONCE = {"free-size-limit"}
+ONCE = {"free-size-limit", "operator-kind", "operator-operand", "reduce-op", "activation-op"}
 
 
 def _call_for(opcode: str, role: str) -> str | None:
@@ -467,9 +480,10 @@ COVERAGE: dict[str, tuple[str, ...]] = {
     "tensor_tensor": ("engine-buffer", "operand-shape", "partition-mismatch", "shape-mismatch", "start-partition"),
     "tensor_tensor_scan": ("alu-op-kind", "engine-buffer", "operand-shape", "partition-mismatch",
                            "scalar-operand-shape", "shape-mismatch", "start-partition"),
-    "scalar_tensor_tensor": ("alu-op-kind", "engine-buffer", "operand-shape", "partition-mismatch",
+    "scalar_tensor_tensor": ("alu-op-kind", "engine-buffer", "operand-shape", "operator-kind", "partition-mismatch",
                              "scalar-operand-shape", "shape-mismatch", "start-partition"),
-    "tensor_scalar": ("alu-op-kind", "engine-buffer", "partition-mismatch", "scalar-operand-shape", "shape-mismatch",
+    "tensor_scalar": ("alu-op-kind", "engine-buffer", "operator-kind", "operator-operand", "partition-mismatch",
+                      "scalar-operand-shape", "shape-mismatch",
                       "start-partition"),
     "tensor_scalar_reduce": ("alu-op-kind", "engine-buffer", "partition-mismatch", "reduce-op", "reduce-result-shape",
                              "scalar-operand-shape", "shape-mismatch", "start-partition"),
@@ -846,6 +860,38 @@ def test_kernel_mistakes_surface_as_rule_errors(m):
         assert e.rule and e.loc is not None, e
     except Exception as e:   # numpy's broadcasting ValueError, an IndexError, a TypeError...
         pytest.fail(f"raw {type(e).__name__} reached the author for {name} {role}={op}: {e}")
+
+
+# Operators an author may pass where another kind belongs: ALU, activation, reduction, bitvec, comparison.
+_OPERATOR_POOL = (nl.add, nl.subtract, nl.exp, nl.rsqrt, nl.gelu, nl.copy, nl.bitwise_and, nl.maximum, nl.divide,
+                  nl.greater_equal, "foo")
+_OPERATOR_CALLS = sorted(n for n, c in CALLS.items() if any(k in c.attrs for k in ("op", "op0", "op1", "reduce_op",
+                                                                                     "comp_op0", "comp_op1")))
+
+
+@st.composite
+def operator_mistakes(draw):
+    name = draw(st.sampled_from(_OPERATOR_CALLS))
+    keys = sorted(k for k in CALLS[name].attrs if k in ("op", "op0", "op1", "reduce_op", "comp_op0", "comp_op1"))
+    return name, draw(st.sampled_from(keys)), draw(st.sampled_from(_OPERATOR_POOL)), draw(st.booleans())
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=operator_mistakes())
+def test_operator_mistakes_surface_as_rule_errors(m):
+    """An operator of the wrong kind (an activation function as an ALU operator, an ALU operator as a
+    reduction, an unknown name) is refused with a rule at the author's line or runs, in both dialects; no
+    raw numpy or Python error."""
+    name, key, op, new = m
+    if not new and CALLS[name].old is None:
+        new = True
+    brk = Break(name, "any", "data", attrs={key: op}, old_attrs={key: op})
+    try:
+        _run(brk, name, new, breaking=True)
+    except NkiError as e:
+        assert e.rule and e.loc is not None, e
+    except Exception as e:
+        pytest.fail(f"raw {type(e).__name__} reached the author for {name} {key}={op}: {e}")
 
 
 def test_every_public_nisa_function_is_covered():
