@@ -292,7 +292,8 @@ class NkiTensor:
 
     # -- the neuronxcc dialect's tensor methods ---------------------------------------------------------------
     def broadcast_to(self, shape) -> "NkiTensor":
-        """A new tile of ``shape`` repeating this one along its size-1 dims (``nl.broadcast_to``)."""
+        """A new tile of ``shape`` repeating this one along its size-1 dims: the neuronxcc lowering
+        (``compat.language.partition_broadcast``: a one-partition fp32 tile is a Tensor Engine matmul)."""
         from nkihub.nki.compat.language import partition_broadcast
         return partition_broadcast(self, shape)
 
