@@ -292,9 +292,10 @@ class NkiTensor:
 
     # -- the neuronxcc dialect's tensor methods ---------------------------------------------------------------
     def broadcast_to(self, shape) -> "NkiTensor":
-        """A new tile of ``shape`` repeating this one along its size-1 dims (``nl.broadcast_to``)."""
-        import nkihub.nki.language as nl
-        return nl.broadcast_to(self, shape)
+        """A new tile of ``shape`` repeating this one along its size-1 dims: the neuronxcc lowering
+        (``compat.language.partition_broadcast``: a one-partition fp32 tile is a Tensor Engine matmul)."""
+        from nkihub.nki.compat.language import partition_broadcast
+        return partition_broadcast(self, shape)
 
     def expand_dims(self, axis) -> "NkiTensor":
         """Insert a size-1 dim at ``axis``."""

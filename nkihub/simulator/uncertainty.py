@@ -12,8 +12,8 @@ from __future__ import annotations
 # estimate / measured over the held-out rows of the last run of benchmarks/bench_calibration.py (its
 # "RATIO_BAND[...] from N held-out rows" lines); the run is named in docs/cost_model.md ("Calibration").
 RATIO_BAND = {
-    "trn1": (0.86, 1.24),   # 22 held-out rows, p10..p90 (2026-12-05, with the Mamba tutorial's scaling table)
-    "trn2": (0.99, 1.12),   # 3 held-out rows (a third of the nine trn2 rows), whole spread
+    "trn1": (0.86, 1.02),   # 22 held-out rows, p10..p90 (2026-12-05, issue 31 fourth pass: partition broadcasts)
+    "trn2": (0.99, 1.16),   # 4 held-out rows (of 11 trn2 rows), whole spread
 }
 
 

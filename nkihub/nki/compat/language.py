@@ -237,8 +237,63 @@ def copy(src, *, mask=None, dtype=None, **kwargs):
 
 
 def broadcast_to(src, *, shape, **kwargs):
-    """Broadcast tile ``src`` to ``shape``."""
-    return _nl.broadcast_to(resolve(src), shape)
+    """Broadcast tile ``src`` to ``shape`` (a one-partition tile to many partitions: ``partition_broadcast``)."""
+    return partition_broadcast(resolve(src), shape)
+
+
+def partition_broadcast(x, shape):
+    """``x.broadcast_to(shape)`` in the neuronxcc dialect: a one-partition float32 SBUF tile [1, F] copied to M
+    partitions is a Tensor Engine matmul, "NKI invokes such matmul under the hood when
+    broadcast_input.broadcast_to((M, broadcast_input.shape[1])) is called", ``nc_matmul(ones,
+    broadcast_input, is_stationary_onezero=True)`` with ``ones`` a [1, M] tile of ones (NKI docs,
+    Trainium/Inferentia2 architecture page, "Alternative Use Case", aws-neuron-sdk @ 4eba310). A matmul
+    writes one PSUM bank ("each nc_matmul can only write to a single PSUM bank, which can only hold 512 FP32
+    elements per PSUM partition", same page) and a PSUM tile's free size is at most ``psum_fmax`` = 512
+    (NKI programming model, TC#2). So for F <= 512 the result is that PSUM tile, which a Vector Engine
+    instruction reads at N cycles, not 2N (``nki.isa.tensor_tensor``, "Estimated instruction cost"); a wider
+    row is one matmul per 512 columns, each copied into an SBUF tile [M, F] by ``tensor_copy`` on the engine
+    the compiler picks "based on engine workload" (``nki.isa.tensor_copy``, ``engine``): of Vector and
+    Scalar (GpSimd cannot read PSUM), the one with less estimated work so far (``_lighter_engine``).
+    Other dtypes (PSUM holds float32 on trn1/trn2, and the tile keeps the source's dtype) and every other
+    broadcast stay ``nl.broadcast_to``'s (a DMA into SBUF)."""
+    shape = tuple(int(s) for s in shape)
+    if not (isinstance(x, NkiTensor) and x.spec.buffer == "sbuf" and x.ndim == 2 and len(shape) == 2
+            and x.shape[0] == 1 and 1 < shape[0] <= tile_size.pmax and x.shape[1] == shape[1]
+            and _dtname(x.dtype) == "float32"):
+        return _nl.broadcast_to(x, shape)
+    from nkihub.nki import tracing
+    b = tracing.require("broadcast_to")
+    m, f = shape
+    cache = b.__dict__.setdefault("_broadcast_ones", {})
+    if m not in cache:   # a constant of the kernel (its trace-time value; no instruction fills it)
+        spec = b.new_tensor((1, m), "float32", "sbuf", kind="constant", name="bcast_ones",
+                            data=np.ones((1, m), dtype=np.float32).tobytes())
+        cache[m] = NkiTensor(spec)
+    bank = tile_size.psum_fmax
+    if f <= bank:
+        out = _nl.ndarray(shape, float32, buffer=psum, name="broadcast")
+        _nisa.nc_matmul(out, cache[m], x, is_stationary_onezero=True, accumulate=False)
+        return out
+    out = _nl.ndarray(shape, float32, buffer=sbuf, name="broadcast")
+    for lo in range(0, f, bank):
+        hi = builtins.min(f, lo + bank)
+        part = _nl.ndarray((m, hi - lo), float32, buffer=psum, name="broadcast_psum")
+        _nisa.nc_matmul(part, cache[m], x[:, lo:hi], is_stationary_onezero=True, accumulate=False)
+        _nisa.tensor_copy(out[:, lo:hi], part, engine=_lighter_engine(b))
+    return out
+
+
+def _lighter_engine(b) -> str:
+    """Of the Vector and Scalar engines, the one with less estimated work (cost-model seconds) in the
+    instructions traced so far (ties: Vector); kept as a running sum on the builder."""
+    from nkihub.simulator.isa import opdef
+    upto, load = b.__dict__.get("_engine_load", (0, {"vector": 0.0, "scalar": 0.0}))
+    instructions = b.program.instructions
+    for ins in instructions[upto:]:
+        if ins.engine in load:
+            load[ins.engine] += float(opdef(ins.opcode).cost(ins, b.program, b.target))
+    b._engine_load = (len(instructions), load)
+    return "scalar" if load["scalar"] < load["vector"] else "vector"
 
 
 def shared_constant(constant, dtype=None, **kwargs):
