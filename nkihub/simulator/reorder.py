@@ -176,6 +176,17 @@ def affine_interchanges(program: Program) -> list[list[int]]:
     return [interchanged_order(program, g) for g in groups]
 
 
+def _broadcasts_to_sbuf(program: Program) -> tuple:
+    """Move the one-partition broadcasts the neuronxcc dialect keeps in PSUM (``broadcast_to`` as a Tensor
+    Engine matmul, ``nki.compat.language.partition_broadcast``; ``program.meta["psum_broadcasts"]``) to SBUF,
+    as the compiler copies a matmul result out when PSUM cannot hold it; returns their names (the list is
+    emptied). The copy's own cost is not charged; readers then pay SBUF rates."""
+    names = tuple(program.meta.pop("psum_broadcasts", ()))
+    for name in names:
+        program.tensors[name].buffer = "sbuf"
+    return names
+
+
 MAX_INTERCHANGES = 8   # source-level loop nests tried one at a time
 
 
@@ -187,6 +198,14 @@ def allocate_in_demand_order(program: Program, target, allocate):
     try:
         return allocate(program, target)
     except KernelRuleError as exc:
+        moved = _broadcasts_to_sbuf(program) if exc.rule == "psum-capacity" else ()
+        if moved:
+            try:
+                return allocate_in_demand_order(program, target, allocate)
+            except KernelRuleError:
+                for name in moved:
+                    program.tensors[name].buffer = "psum"
+                program.meta["psum_broadcasts"] = list(moved)
         if exc.rule not in ("sbuf-capacity", "psum-capacity") or \
                 any(getattr(s, "pinned", False) for s in program.tensors.values()):
             raise

@@ -82,3 +82,28 @@ def test_other_dtypes_stay_a_dma_into_sbuf():
     x, b = _inputs(512, np.float16, seed=2)
     np.testing.assert_array_equal(scale_by_row(x, b), x * b)
     assert ("nc_matmul", "tensor") not in _count(scale_by_row.trace(x, b, target="trn1"))
+
+
+@nki.jit
+def sum_of_broadcasts(a):
+    """The sum over the n rows of a [n, 512], each row broadcast to 128 partitions and kept live at once."""
+    out = nl.ndarray((128, a.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    rows = [nl.load(a[i:i + 1, :]) for i in range(a.shape[0])]
+    wide = [r.broadcast_to((128, a.shape[1])) for r in rows]
+    acc = wide[0] + wide[1]                      # two PSUM inputs: nl copies one to SBUF first
+    for w in wide[2:]:
+        acc = acc + w
+    nl.store(out, acc)
+    return out
+
+
+@pytest.mark.parametrize("n", [2, 12])
+def test_broadcasts_psum_cannot_hold_move_to_sbuf(n):
+    """Kernels that ran with broadcasts as DMAs still run: two PSUM broadcasts added, and more live at once
+    than PSUM's 8 banks hold (then the broadcasts are placed in SBUF, not refused as psum-capacity)."""
+    a = np.random.default_rng(3).standard_normal((n, 512)).astype(np.float32)
+    np.testing.assert_allclose(sum_of_broadcasts(a), np.broadcast_to(a.sum(0), (128, 512)), rtol=1e-5, atol=1e-5)
+    program = sum_of_broadcasts.trace(a, target="trn2")
+    buffers = {program.tensors[ins.dst["dst"].tensor].buffer for ins in program.instructions
+               if ins.opcode == "nc_matmul"}
+    assert buffers == ({"psum"} if n == 2 else {"sbuf"})

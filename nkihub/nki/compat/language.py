@@ -273,6 +273,9 @@ def partition_broadcast(x, shape):
     if f <= bank:
         out = _nl.ndarray(shape, float32, buffer=psum, name="broadcast")
         _nisa.nc_matmul(out, cache[m], x, is_stationary_onezero=True, accumulate=False)
+        # Where PSUM cannot hold every live broadcast, the allocator moves them to SBUF (as the compiler's
+        # copy-out would): reorder.allocate_in_demand_order.
+        b.program.meta.setdefault("psum_broadcasts", []).append(out.spec.name)
         return out
     out = _nl.ndarray(shape, float32, buffer=sbuf, name="broadcast")
     for lo in range(0, f, bank):

@@ -54,6 +54,11 @@ def binary(op: str, x, y, dtype=None) -> NkiTensor:
     if not xt and not yt:
         raise TypeError(f"nl.{op} needs at least one tile argument")
     if xt and yt:
+        if x.spec.buffer == "psum" and y.spec.buffer == "psum":
+            # A two-input Vector instruction reads at most one input from PSUM: the nl function copies the
+            # other to SBUF first (AWS: "If the tile is in PSUM, an extra copy will be performed").
+            from nkihub.nki.language.memory import in_sbuf
+            y = in_sbuf(y)
         if x.shape == y.shape or (_free(x) == _free(y) and x.shape[0] == y.shape[0]):
             out = ndarray(x.shape, result_dtype(x, y, dtype=dtype), buffer=sbuf, name=op)
             return per_instruction(nisa.tensor_tensor, out, x, y, op)
