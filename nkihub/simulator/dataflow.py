@@ -38,8 +38,14 @@ from nkihub.simulator.isa.base import ROUNDED, dst_reads
 from nkihub.simulator.program import AccessPattern, Program
 
 
-# Instructions between the points where a Dataflow made a slice at a time (``Dataflow.planning``) yields.
-SLICE = 64
+# Instructions between the points where a Dataflow made a slice at a time (``Dataflow.planning``) yields
+# (and groups, in ``simulator.batching``): a slice of the planner's per-instruction work is then about
+# 1 ms (33 us per instruction here at flash-attn S 512), under a tenth of the smallest benchmarked call
+# (flash-attn S 512, 16-19 ms), so a call's budget is passed by little.
+SLICE = 32
+# Instructions between yields of the planner's first pass (which tensors are written, last uses: about
+# 1.5 us per instruction).
+PRE_SLICE = 1024
 
 # Fold copies into their readers (the module docstring). Always on; the op tests turn it off to keep their
 # staging copies, which put an instruction's operands in renamed storage.
@@ -277,11 +283,18 @@ class Dataflow:
         self._init: dict[str, int] = {}
         self._wlev: dict[str, np.ndarray] = {}
         self._rlev: dict[str, np.ndarray] = {}
-        written = {ap.tensor for ins in program.instructions for ap in ins.dst.values()}
+        written = set()     # tensors some instruction writes
         last_use = {}       # renamed tensor -> last instruction touching it: its bookkeeping goes then
+        renamed = self.renamed
         for i, ins in enumerate(program.instructions):
-            for ap in (*ins.src.values(), *ins.dst.values()):
-                if ap.tensor in self.renamed:
+            if i % PRE_SLICE == PRE_SLICE - 1:
+                yield
+            for ap in ins.dst.values():
+                written.add(ap.tensor)
+                if ap.tensor in renamed:
+                    last_use[ap.tensor] = i
+            for ap in ins.src.values():
+                if ap.tensor in renamed:
                     last_use[ap.tensor] = i
         ordered_level = -1
         # Windows (``window_bytes``): once the renamed writes of the current window pass the budget, the
