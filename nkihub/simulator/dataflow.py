@@ -130,8 +130,13 @@ def new_storage_bytes(program: Program, ap: AccessPattern) -> int:
 
 
 def _distinct(ap: AccessPattern) -> bool:
+    return _distinct_dims(ap.dims)
+
+
+@functools.lru_cache(maxsize=4096)     # a kernel's writes repeat a few geometries
+def _distinct_dims(dims: tuple) -> bool:
     span = 1
-    for stride, size in sorted(ap.dims, key=lambda d: d[0]):
+    for stride, size in sorted(dims, key=lambda d: d[0]):
         if size <= 1:
             continue
         if stride < span:
@@ -305,6 +310,7 @@ class Dataflow:
         # next instruction opens a window whose instructions all come after the levels so far, so the
         # storage live at once stays near the budget plus what the program holds on chip across the cut.
         floor, top, in_window, self.windows = -1, -1, 0, 1
+        all_events = self.events
         for i, ins in enumerate(program.instructions):
             if i % SLICE == SLICE - 1:
                 yield
@@ -317,15 +323,22 @@ class Dataflow:
             src_plans, old_plans = {}, {}
             reads = [(src_plans, r, ap) for r, ap in ins.src.items()] + [(old_plans, r, ins.dst[r]) for r in back]
             for plans, role, ap in reads:
-                plan = ReadPlan(memory=ap)
-                if ap.tensor in self.renamed:
+                if ap.tensor in renamed:
                     plan = self._plan(ap)
                     if plans is src_plans:
                         plan = self._fold(plan, ap, ins, role)
+                else:
+                    plan = ReadPlan(memory=ap)
                 mem = plan.memory
                 if mem is None:
-                    for e in self._plan_events(plan):
-                        dep = max(dep, self.events[e].level)
+                    if plan.gather is None:
+                        for box in plan.boxes:
+                            lv = all_events[box.event].level
+                            if lv > dep:
+                                dep = lv
+                    else:
+                        for e in self._plan_events(plan):
+                            dep = max(dep, all_events[e].level)
                 elif mem.size and mem.tensor in written:
                     dep = max(dep, int(_amax(_view(self._levels_of(self._wlev, mem.tensor), mem), axis=None)))
                 plans[role] = plan
@@ -362,7 +375,7 @@ class Dataflow:
             self.old_plans.append(old_plans)
             self.dst_events.append(events)
             for ap in (*ins.src.values(), *ins.dst.values()):
-                if last_use.get(ap.tensor) == i:
+                if ap.tensor in renamed and last_use[ap.tensor] == i:
                     for table in (self._ev, self._writes, self._applied):
                         table.pop(ap.tensor, None)
         self._drop_copies()
