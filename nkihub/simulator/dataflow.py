@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,8 +38,18 @@ from nkihub.simulator.isa.base import ROUNDED, dst_reads
 from nkihub.simulator.program import AccessPattern, Program
 
 
-# Instructions between the points where a Dataflow made a slice at a time (``Dataflow.planning``) yields.
-SLICE = 64
+# Instructions between the points where a Dataflow made a slice at a time (``Dataflow.planning``) yields
+# (and groups, in ``simulator.batching``): a slice of the planner's per-instruction work is then about
+# 1 ms (33 us per instruction here at flash-attn S 512), under a tenth of the smallest benchmarked call
+# (flash-attn S 512, 16-19 ms), so a call's budget is passed by little.
+SLICE = 32
+# Instructions between yields of the planner's first pass (which tensors are written, last uses: about
+# 1.5 us per instruction).
+PRE_SLICE = 1024
+
+# Latest writes of a tile whose records ``Dataflow._covering`` reads before the event-per-element map
+# (0: the map only, which the tests compare against).
+COVER_WRITES = 32
 
 # Fold copies into their readers (the module docstring). Always on; the op tests turn it off to keep their
 # staging copies, which put an instruction's operands in renamed storage.
@@ -51,12 +61,14 @@ class NotBatchable(Exception):
     strides in a destination); the fast engine replays it instruction by instruction."""
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
     """The value one instruction wrote through one destination role: ``parts`` partitions of ``span``
     storage elements (``storage_span``; free strides as in the access pattern). The event covers tensor partitions
     ``row0 + p * row_step`` from column ``col0``. ``tensor`` is set for the initial contents of a
-    tensor, whose storage is the tensor's own buffer (original layout)."""
+    tensor, whose storage is the tensor's own buffer (original layout).
+
+    The planner's records (events, boxes, read plans: one or more per instruction, kept with the plan)
+    are named tuples: made in a quarter of a frozen dataclass's time (0.19 against 0.79 us here)."""
 
     ins: int
     role: str
@@ -69,8 +81,7 @@ class Event:
     tensor: str | None = None
 
 
-@dataclass(frozen=True)
-class Box:
+class Box(NamedTuple):
     """Elements ``start:stop`` along ``axis`` of a read (all of it when ``axis`` is None) come from event
     ``event``'s storage at ``base + sum(index * strides)`` (index relative to the box)."""
 
@@ -82,8 +93,7 @@ class Box:
     strides: tuple
 
 
-@dataclass(frozen=True)
-class ReadPlan:
+class ReadPlan(NamedTuple):
     """How one operand of one instruction finds its values: ``memory`` (the access pattern, read in
     place), ``boxes`` (views of events' storage), or ``gather`` (event and position per element); ``via``
     names the copy whose destination was to be read, for a read folded onto that copy's source."""
@@ -120,8 +130,13 @@ def new_storage_bytes(program: Program, ap: AccessPattern) -> int:
 
 
 def _distinct(ap: AccessPattern) -> bool:
+    return _distinct_dims(ap.dims)
+
+
+@functools.lru_cache(maxsize=4096)     # a kernel's writes repeat a few geometries
+def _distinct_dims(dims: tuple) -> bool:
     span = 1
-    for stride, size in sorted(ap.dims, key=lambda d: d[0]):
+    for stride, size in sorted(dims, key=lambda d: d[0]):
         if size <= 1:
             continue
         if stride < span:
@@ -277,17 +292,25 @@ class Dataflow:
         self._init: dict[str, int] = {}
         self._wlev: dict[str, np.ndarray] = {}
         self._rlev: dict[str, np.ndarray] = {}
-        written = {ap.tensor for ins in program.instructions for ap in ins.dst.values()}
+        written = set()     # tensors some instruction writes
         last_use = {}       # renamed tensor -> last instruction touching it: its bookkeeping goes then
+        renamed = self.renamed
         for i, ins in enumerate(program.instructions):
-            for ap in (*ins.src.values(), *ins.dst.values()):
-                if ap.tensor in self.renamed:
+            if i % PRE_SLICE == PRE_SLICE - 1:
+                yield
+            for ap in ins.dst.values():
+                written.add(ap.tensor)
+                if ap.tensor in renamed:
+                    last_use[ap.tensor] = i
+            for ap in ins.src.values():
+                if ap.tensor in renamed:
                     last_use[ap.tensor] = i
         ordered_level = -1
         # Windows (``window_bytes``): once the renamed writes of the current window pass the budget, the
         # next instruction opens a window whose instructions all come after the levels so far, so the
         # storage live at once stays near the budget plus what the program holds on chip across the cut.
         floor, top, in_window, self.windows = -1, -1, 0, 1
+        all_events = self.events
         for i, ins in enumerate(program.instructions):
             if i % SLICE == SLICE - 1:
                 yield
@@ -300,15 +323,22 @@ class Dataflow:
             src_plans, old_plans = {}, {}
             reads = [(src_plans, r, ap) for r, ap in ins.src.items()] + [(old_plans, r, ins.dst[r]) for r in back]
             for plans, role, ap in reads:
-                plan = ReadPlan(memory=ap)
-                if ap.tensor in self.renamed:
+                if ap.tensor in renamed:
                     plan = self._plan(ap)
                     if plans is src_plans:
                         plan = self._fold(plan, ap, ins, role)
+                else:
+                    plan = ReadPlan(memory=ap)
                 mem = plan.memory
                 if mem is None:
-                    for e in self._plan_events(plan):
-                        dep = max(dep, self.events[e].level)
+                    if plan.gather is None:
+                        for box in plan.boxes:
+                            lv = all_events[box.event].level
+                            if lv > dep:
+                                dep = lv
+                    else:
+                        for e in self._plan_events(plan):
+                            dep = max(dep, all_events[e].level)
                 elif mem.size and mem.tensor in written:
                     dep = max(dep, int(_amax(_view(self._levels_of(self._wlev, mem.tensor), mem), axis=None)))
                 plans[role] = plan
@@ -345,7 +375,7 @@ class Dataflow:
             self.old_plans.append(old_plans)
             self.dst_events.append(events)
             for ap in (*ins.src.values(), *ins.dst.values()):
-                if last_use.get(ap.tensor) == i:
+                if ap.tensor in renamed and last_use[ap.tensor] == i:
                     for table in (self._ev, self._writes, self._applied):
                         table.pop(ap.tensor, None)
         self._drop_copies()
@@ -512,6 +542,84 @@ class Dataflow:
                 return e if w_ap == ap or _contains(w_ap, ap, width) else None
         return None
 
+    def _covering(self, ap: AccessPattern, width: int):
+        """``[(first column, end column, event), ...]`` (by column) when recent writes of ``ap``'s tensor
+        plainly wrote every element of ``ap``: the read is row-shaped with a column range, and each of
+        the ``COVER_WRITES`` latest writes meeting it, newest first, wrote all of its rows and a column
+        range, which is either hidden by newer ones or meets none of them; else None. Reading the write
+        records costs a few tuple tests where the event-per-element map costs numpy calls per axis."""
+        writes = self._writes.get(ap.tensor)
+        rows, cols, box = _rows(ap, width), _column_range(ap, width), self._box(ap, width)
+        if not writes or rows is None or cols is None or box is None:
+            return None
+        r0, rstep, rn = rows
+        c0, c1 = cols
+        need, got = c1 - c0, []
+        for w_ap, e, w_box in reversed(writes[-COVER_WRITES:]):
+            if w_box is None:
+                return None
+            if not (w_box[0] <= box[1] and box[0] <= w_box[1] and w_box[2] < c1 and c0 < w_box[3]):
+                continue
+            w_rows, w_cols = _rows(w_ap, width), _column_range(w_ap, width)
+            if w_rows is None or w_cols is None:
+                return None
+            w0, wstep, wn = w_rows
+            last = r0 + rstep * (rn - 1)
+            if wn == 1:
+                if rn != 1 or r0 != w0:
+                    return None
+            elif r0 < w0 or last > w0 + wstep * (wn - 1) or (r0 - w0) % wstep or (rn > 1 and rstep % wstep):
+                return None
+            lo, hi = max(c0, w_cols[0]), min(c1, w_cols[1])
+            inside = sum(max(0, min(hi, b) - max(lo, a)) for a, b, _ in got)
+            if inside == hi - lo:
+                continue        # hidden by newer writes
+            if inside:
+                return None     # partly hidden: left to the map
+            got.append((lo, hi, e))
+            need -= hi - lo
+            if not need:
+                return sorted(got)
+        return None
+
+    def _plan_from_writes(self, ap: AccessPattern, width: int):
+        """The read plan ``_plan`` makes from the event-per-element map, made from ``_covering``'s write
+        records when they cover ``ap`` (several events: the first axis along which each index reads one
+        event, cut where the event changes, as the map's test finds it); None when they do not, or when
+        the map's answer is not a plan of boxes."""
+        cover = self._covering(ap, width)
+        if cover is None:
+            return None
+        if len(cover) == 1:
+            place = _place(ap, self.events[cover[0][2]], width)
+            return None if place is None else ReadPlan(boxes=(Box(None, 0, 0, cover[0][2], *place),))
+        base = ap.offset % width
+        hi_all = sum(st * (n - 1) for st, n in ap.dims[1:])     # free strides are positive (a column range)
+        for axis in range(1, len(ap.dims)):     # axis 0 reads every column: several events per index
+            st, n = ap.dims[axis]
+            if n <= 1:
+                continue
+            hi_o, runs = hi_all - st * (n - 1), []
+            for c0, c1, e in cover:     # the indices whose columns all lie in this write's range
+                first, last = max(0, -(-(c0 - base) // st)), min(n - 1, (c1 - 1 - base - hi_o) // st)
+                if first > last:
+                    continue
+                if first != (runs[-1][1] if runs else 0):
+                    break               # an index reads two writes
+                runs.append((first, last + 1, e))
+            else:
+                if not runs or runs[-1][1] != n:
+                    continue
+                boxes = []
+                for a, b, e in runs:
+                    place = _place(_sub(ap, axis, a, b), self.events[e], width)
+                    if place is None:
+                        break
+                    boxes.append(Box(axis, a, b, e, *place))
+                else:
+                    return ReadPlan(boxes=tuple(boxes))
+        return None
+
     def _plan(self, ap: AccessPattern) -> ReadPlan:
         if not ap.size:
             return ReadPlan(boxes=())
@@ -521,6 +629,9 @@ class Dataflow:
             place = _place(ap, self.events[e], width)
             if place is not None:
                 return ReadPlan(boxes=(Box(None, 0, 0, e, *place),))
+        plan = self._plan_from_writes(ap, width) if COVER_WRITES else None
+        if plan is not None:
+            return plan
         evs = _view(self._events_of(ap.tensor), ap)
         lo, hi = int(evs.min()), int(evs.max())
         if lo == hi:

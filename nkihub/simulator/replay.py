@@ -175,6 +175,7 @@ class _Workspace:
             self.refill(rp)
         self.scratch = Scratch()
         self.batches, self.lanes = batches, lanes
+        self.runs = 0           # runs made on it
         self.step_bytes = 0     # estimated memory of the bound steps
         if batches is not None:
             self._storage_offset = lay.storage_offset
@@ -342,6 +343,7 @@ class Replay:
         self._reference = None
         self._batches: Batches | None | bool = None    # False: tried and not batchable
         self._planner = None        # the batched plan being made across calls (a generator, ``_planning``)
+        self._plan_debt = 0.0       # seconds of planning past the budgets so far (``_advance``)
         self._plan_lock = threading.Lock()
         self.batch_note = "not tried yet"
         self._lay = (None, None)     # (batches or None, its _Layout)
@@ -398,11 +400,17 @@ class Replay:
                 self._batches, self.batch_note = False, f"not batched: {exc}"
         return self._batches or None
 
-    def _advance(self, seconds: float) -> None:
+    def _advance(self, seconds: float, bound: bool = False) -> None:
         """Spend up to ``seconds`` (of the calling thread, after a run) making the batched plan of a
         Program batched from its plan's completion on (``NKIHUB_SIM_BATCH=1``): planning and binding
         (``_planning``) cost 2-3 runs of the reference engine, so one call paying them all would be the
-        one call behind it; in slices of a share of each run they are paid back by the runs' lead."""
+        one call behind it; in slices of a share of each run they are paid back by the runs' lead.
+
+        A slice is the work between two yields of the planner, so the last slice of a call may pass its
+        budget: what it passed is a debt the next calls' budgets pay first (so over any calls the plan
+        takes at most the budget's share of them, plus one slice). ``bound``: this call bound the steps
+        it ran (its workspace was made), which costs about the lead of the bound steps over the
+        reference's first call, so it plans nothing, unless the budget is unbounded."""
         if self._batches is not None or self._mode() != "auto" or not self._plan_lock.acquire(blocking=False):
             return
         try:
@@ -414,10 +422,20 @@ class Replay:
                 return
             if self._planner is None:
                 self._planner, self.batch_note = self._planning(max(1, config.fast_threads())), "planning"
-            planner, deadline = self._planner, time.perf_counter() + seconds
-            with _gc_paused():
-                while time.perf_counter() < deadline:
-                    next(planner)
+            if bound and seconds != float("inf"):
+                return
+            budget = seconds - self._plan_debt
+            if budget <= 0:
+                self._plan_debt = -budget
+                return
+            planner, start = self._planner, time.perf_counter()
+            deadline = start + budget
+            try:
+                with _gc_paused():
+                    while time.perf_counter() < deadline:
+                        next(planner)
+            finally:
+                self._plan_debt = max(0.0, time.perf_counter() - start - budget)
         except StopIteration:
             self._planner = None
         except Exception as exc:    # a defect of the planner must not cost the user the run's result
@@ -471,6 +489,7 @@ class Replay:
         ctx = ctx or ExecContext(self.target, echo=echo_prints)
         start = time.perf_counter()
         ws = self._take()
+        bound = not ws.runs     # this call made the workspace and bound its steps
         t0 = time.perf_counter()
         try:
             outs = self._run(ws, inputs, ctx)
@@ -490,10 +509,11 @@ class Replay:
             warnings.warn(f"{self.program.name}: {self.batch_note}", RuntimeWarning, stacklevel=2)
         finally:
             if ws is not None:
+                ws.runs += 1
                 memory.put_back(ws.arena, time.perf_counter() - t0, config.keep_memory(), self)
                 with self._lock:
                     self._pool.append(ws)
-        self._advance(config.plan_budget() * (time.perf_counter() - start))
+        self._advance(config.plan_budget() * (time.perf_counter() - start), bound)
         if config.crosscheck():
             self._crosscheck(inputs, outs, ctx, echo_prints)
         self.last_context = ctx

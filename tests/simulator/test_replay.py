@@ -3,6 +3,7 @@ number of threads, its settings, its fallbacks and its cross-check."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import threading
 
 import ml_dtypes
@@ -18,6 +19,7 @@ from nkihub.simulator.errors import SimulationError
 from nkihub.simulator.executor import Executor
 from nkihub.simulator.isa import OPS
 from nkihub.simulator.program import AccessPattern, Instruction, Program, TensorSpec
+from nkihub.simulator import replay as replay_module
 from nkihub.simulator.replay import BATCH_MIN_INSTRUCTIONS, Replay, executor_for
 from nkihub.simulator.threads import run_on_lanes
 
@@ -113,6 +115,33 @@ def test_batching_starts_once_the_plan_made_after_the_calls_is_complete(monkeypa
     rp = Replay(*_compiled(small))
     rp.run([small])
     assert rp.batch_note == "batched"
+
+
+def test_the_call_that_binds_plans_nothing_and_a_slice_past_its_budget_is_paid_by_the_next_calls(monkeypatch):
+    monkeypatch.delenv("NKIHUB_SIM_BATCH", raising=False)
+    monkeypatch.setenv("NKIHUB_SIM_PLAN_BUDGET", "0.1")
+    x = _x(BATCH_MIN_INSTRUCTIONS // 4 + 1)
+    rp = Replay(*_compiled(x))
+    rp.run([x])
+    assert rp.batch_note == "planning" and inspect.getgeneratorstate(rp._planner) == inspect.GEN_CREATED
+    clock, slices = [0.0], []
+
+    def planner():      # every slice takes 3 s of a clock the test moves
+        while True:
+            clock[0] += 3.0
+            slices.append(clock[0])
+            yield
+    monkeypatch.setattr(replay_module.time, "perf_counter", lambda: clock[0])
+    rp._planner = planner()
+    rp._advance(1.0, bound=True)
+    assert slices == []
+    rp._advance(1.0)            # one slice: 2 s past the budget
+    assert len(slices) == 1
+    rp._advance(1.0)            # pays 1 s of the debt
+    rp._advance(1.0)            # pays the rest
+    assert len(slices) == 1
+    rp._advance(1.0)
+    assert len(slices) == 2
 
 
 def test_concurrent_runs_from_python_threads():
