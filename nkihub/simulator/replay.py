@@ -243,6 +243,15 @@ class _Workspace:
                 buf.fill(rp._fills[i])
         self._load_constants(rp)
 
+    def refill_outputs(self, rp: "Replay") -> None:
+        """Give the outputs what a fresh buffer holds (``executor.fill_value``), as the reference engine's
+        fresh outputs do: elements a kernel never writes read the same from both engines and every call
+        (a pooled workspace held the last run's values, a new arena zeros): outputs of multi-rank launches, whose
+        ranks may each write a part."""
+        for i in rp._outputs:
+            if self.bufs[i] is not None and rp._specs[i].kind != "input" and i not in rp._aliases:
+                self.bufs[i].fill(rp._fills[i])
+
     def load(self, rp: "Replay", inputs) -> None:
         for i, arr in zip(rp._inputs, inputs):
             spec = rp._specs[i]
@@ -479,6 +488,10 @@ class Replay:
             with _gc_paused():
                 ws = _Workspace(self, batches, lanes)
         memory.take(ws.arena, self)
+        if self.checked and self.program.meta.get("ranks"):
+            # one rank's kernel must write its outputs whole (output-not-written), ranks together need not;
+            # an unchecked workspace was refilled whole
+            ws.refill_outputs(self)
         return ws
 
     def run(self, inputs, *, echo_prints: bool = True, ctx: ExecContext | None = None) -> list[np.ndarray]:

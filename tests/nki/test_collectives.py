@@ -234,3 +234,19 @@ def test_data_moving_collectives_copy_bits_of_wide_integers():
             np.testing.assert_array_equal(gathered_v[4 * s:4 * s + 2], flats[s][0:2])
         np.testing.assert_array_equal(swapped_v[:2 * n],
                                       np.concatenate([flats[s][2 * r:2 * r + 2] for s in range(n)]))
+
+
+def test_output_elements_no_rank_writes_read_as_a_fresh_buffer_on_every_call():
+    """all_gather_v fills 2 of each rank's 4 slots; the other slots are the fresh-buffer fill (uint32 max)
+    from the fast engine too, call after call (it returned a pooled workspace's or a new arena's bytes; found
+    with NKIHUB_SIM_CROSSCHECK=1)."""
+    n, big = 2, np.uint32(16777217)
+    xs = [(np.arange(4 * 6, dtype=np.uint32).reshape(4, 6) + big + r) for r in range(n)]
+    meta = np.array([[2] * n, [2 * r for r in range(n)], [2] * n], np.uint32)
+    g = ncc.ReplicaGroup([list(range(n))])
+    for call in range(3):
+        flats = [np.arange(8, dtype=np.uint32) * (call + 3) + 100 * r for r in range(n)]
+        for gathered_v in (res[2] for res in run_ranks(move_only, [(xs[r], flats[r], meta, g) for r in range(n)])):
+            for s in range(n):
+                np.testing.assert_array_equal(gathered_v[4 * s:4 * s + 2], flats[s][0:2])
+                assert (gathered_v[4 * s + 2:4 * s + 4] == np.iinfo(np.uint32).max).all(), (call, gathered_v)
