@@ -173,7 +173,7 @@ class _Workspace:
         self._load_constants(rp)
         if not rp.checked:
             self.refill(rp)
-        self.scratch = Scratch()
+        self.scratch = self._scratch(rp)
         self.batches, self.lanes = batches, lanes
         self.step_bytes = 0     # estimated memory of the bound steps
         if batches is not None:
@@ -191,10 +191,16 @@ class _Workspace:
         each level; ``defer`` made the workspace unbound)."""
         def storage(dtype):
             return self.arena.typed(dtype)[self._storage_offset // np.dtype(dtype).itemsize:]
-        self.scratches = [self.scratch] + [Scratch() for _ in range(self.lanes - 1)]
+        self.scratches = [self.scratch] + [self._scratch(rp) for _ in range(self.lanes - 1)]
         self.schedule = yield from binding(self.batches, self.bufs, rp._index, storage, self.scratches, bind_step)
         self.steps = self.schedule.steps() if self.lanes == 1 else None
         self.step_bytes = STEP_BYTES * self.schedule.bound
+
+    def _scratch(self, rp: "Replay") -> Scratch:
+        """A lane's work arrays, told which buffers stay unchanged during a run (``rp._stable``)."""
+        sc = Scratch()
+        sc.stable([self.bufs[i] for i in rp._stable if self.bufs[i] is not None])
+        return sc
 
     def prefault(self):
         """Fault in the pages the batched plan's first run writes, a slice at a time (a generator): the
@@ -243,6 +249,8 @@ class _Workspace:
         self._load_constants(rp)
 
     def load(self, rp: "Replay", inputs) -> None:
+        for sc in getattr(self, "scratches", None) or [self.scratch]:
+            sc.forget()     # the inputs change: what work arrays widened from them is stale
         for i, arr in zip(rp._inputs, inputs):
             spec = rp._specs[i]
             arr = input_array(spec, arr)
@@ -345,6 +353,11 @@ class Replay:
         self._plan_lock = threading.Lock()
         self.batch_note = "not tried yet"
         self._lay = (None, None)     # (batches or None, its _Layout)
+        # inputs no instruction writes (nor through an alias): unchanged during a run (``Scratch.stable``)
+        written = {self._aliases.get(self._index[ap.tensor], self._index[ap.tensor])
+                   for ins in program.instructions for ap in ins.dst.values()}
+        self._stable = [i for i in self._inputs if i not in written and i not in self._aliases
+                        and i not in self._aliases.values()]
         self.busy = 0                # runs in progress (``simulator.memory``)
 
     def held_bytes(self) -> int:
