@@ -153,6 +153,35 @@ def test_batching_starts_once_the_plan_made_after_the_calls_is_complete(monkeypa
     assert rp.batch_note == "batched"
 
 
+def test_the_call_completing_a_large_plan_makes_the_collectors_full_pass(monkeypatch):
+    """A plan's objects would otherwise meet the cyclic collector's next full pass in a later, batched run."""
+    import gc
+    from nkihub.simulator import replay
+    monkeypatch.delenv("NKIHUB_SIM_BATCH", raising=False)
+    monkeypatch.setenv("NKIHUB_SIM_PLAN_BUDGET", "inf")
+    x = _x(BATCH_MIN_INSTRUCTIONS // 4 + 1)
+    full = []
+
+    def seen(phase, info):
+        if phase == "stop" and info["generation"] == 2:
+            full.append(info)
+    gc.callbacks.append(seen)
+    try:
+        for threshold, expect in ((10 ** 9, False), (1, True)):
+            monkeypatch.setattr(replay, "FULL_PASS_INSTRUCTIONS", threshold)
+            rp = Replay(*_compiled(x))
+            full.clear()
+            thresholds = gc.get_threshold()
+            gc.set_threshold(10 ** 9)     # no pass of the collector's own during the call
+            try:
+                rp.run([x])
+            finally:
+                gc.set_threshold(*thresholds)
+            assert rp.batch_note.startswith("batched") and bool(full) is expect
+    finally:
+        gc.callbacks.remove(seen)
+
+
 def test_concurrent_runs_from_python_threads():
     xs = [_x(4, np.float32, s) for s in range(6)]
     prog, target = _compiled(xs[0])
