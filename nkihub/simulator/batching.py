@@ -446,6 +446,10 @@ class _Counted:
         self.uses += 1
         return self.scratch.new(*args, **kwargs)
 
+    def widened(self, *args):
+        self.uses += 1
+        return self.scratch.widened(*args)
+
     def caster(self, *args):
         return self.scratch.caster(*args)
 

@@ -182,3 +182,43 @@ def test_a_failed_batched_run_leaves_the_engine_free_to_be_shed(monkeypatch):
     with pytest.warns(RuntimeWarning, match="replaying unbatched"):
         fast.run(args)
     assert fast.busy == 0 and all(ws.arena.busy == 0 for ws in fast._pool)
+
+
+def test_a_widened_input_slice_is_cast_once_a_run_and_again_after_the_inputs_change():
+    """``Scratch.widened``: a work array widened from a slice of a stable buffer is not cast again while
+    it holds that slice; ``forget`` (each run, inputs reloaded) makes the next refresh cast again; a source
+    outside the stable buffers is always cast."""
+    from nkihub.simulator.isa.fast import Scratch
+    inp = np.arange(4 * P * N, dtype=np.float32).astype(ml_dtypes.bfloat16).reshape(4 * P, N)
+    other = inp.copy()
+    sc = Scratch()
+    sc.stable([inp])
+    buf, cast = sc.widened(inp[None, :P], 0)
+    buf2, cast_other = sc.widened(other[None, P:2 * P], 0)
+    assert buf2 is not buf and np.shares_memory(buf, buf2)     # one work array, two sources
+    cast()
+    assert np.array_equal(buf[0], inp[:P].astype(np.float32))
+    inp[:P] = -3
+    cast()                                  # still holding this slice: not cast again
+    assert not np.any(buf[0] == -3)
+    sc.forget()
+    cast()
+    assert np.all(buf[0] == -3)
+    cast_other()                            # another source into the same work array
+    assert np.array_equal(buf2[0], other[P:2 * P].astype(np.float32))
+    cast()                                  # so this one casts again
+    assert np.all(buf[0] == -3)
+
+
+def test_matmuls_widening_one_input_tile_give_the_reference_bits_as_the_inputs_change(compiled):
+    """The matmuls of blocked_matmul read each input tile from HBM (its loads folded) in several
+    instructions; with the widened tiles kept within a run, every run still sees its own inputs."""
+    program, target, _, _ = compiled
+    fast = Replay(program, target, checked=True, batch=True)
+    bound = Replay(program, target, checked=True, batch=False)
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        args = [(rng.standard_normal(a.shape) * (seed + 1)).astype(np.float32).astype(a.dtype) for a in _args()]
+        want = Executor(program, target, checked=True).run(args)
+        assert _same(fast.run(args), want) and _same(bound.run(args), want)
+

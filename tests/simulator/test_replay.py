@@ -81,6 +81,44 @@ def test_ring_slots_are_renamed_so_the_tiles_form_one_batch():
     assert _bits_equal(Replay(prog, target, batch=True).run([x]), want)
 
 
+@nki.jit
+def act_kernel(x, op):
+    """Per [128, W] tile: op(0.75 x) into SBUF with its row sums, both stored (renamed, one stack)."""
+    n, w = x.shape[0] // P, x.shape[1]
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    sums = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in range(n):
+        rows = slice(i * P, (i + 1) * P)
+        t = nl.ndarray((P, w), dtype=x.dtype, buffer=nl.sbuf)
+        res = nl.ndarray((P, w), dtype=x.dtype, buffer=nl.sbuf)
+        acc = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[rows, :])
+        nisa.activation(dst=res, op=op, data=t, scale=0.75, reduce_op=nl.add, reduce_res=acc)
+        nisa.dma_copy(dst=out[rows, :], src=res)
+        nisa.dma_copy(dst=sums[rows, :], src=acc)
+    return out, sums
+
+
+@pytest.mark.parametrize("op", [nl.gelu, nl.gelu_apprx_tanh, nl.sigmoid, nl.silu, nl.rsqrt])
+def test_activations_of_many_numpy_calls_run_in_blocks_with_the_reference_bits(monkeypatch, op):
+    """Stacked tiles of 6 x [128, 512] (far above ``elementwise.ACT_BLOCK``) with NaN, infinities and
+    huge values among them: computed block by block, the same bits as the reference per tile."""
+    from nkihub.simulator.isa import elementwise
+    monkeypatch.setenv("NKIHUB_SIM_THREADS", "2")
+    x = np.random.default_rng(5).standard_normal((6 * P, 512)).astype(np.float32) * 4
+    specials = np.array([np.nan, np.inf, -np.inf, 3e38, -3e38, 0.0, -0.0], np.float32)
+    picked = x.reshape(-1)[::997]
+    picked[...] = specials[np.arange(picked.size) % specials.size]
+    x = x.astype(ml_dtypes.bfloat16)
+    ck = act_kernel.specialize(x, op)
+    groups = plan_batches(ck.program).groups
+    acts = [g for g in groups if ck.program.instructions[g.members[0]].opcode == "activation"]
+    assert len(acts) == 1 and len(acts[0].members) * P * 512 > 8 * elementwise.ACT_BLOCK
+    want = Executor(ck.program, ck.target).run([x])
+    fast = Replay(ck.program, ck.target, batch=True)
+    assert _bits_equal(fast.run([x]), want) and _bits_equal(fast.run([x]), want)
+
+
 @pytest.mark.parametrize("threads", ["0", "1", "2"])
 def test_every_thread_setting_gives_the_reference_bits(monkeypatch, threads):
     monkeypatch.setenv("NKIHUB_SIM_THREADS", threads)
@@ -142,6 +180,35 @@ def test_the_call_that_binds_plans_nothing_and_a_slice_past_its_budget_is_paid_b
     assert len(slices) == 1
     rp._advance(1.0)
     assert len(slices) == 2
+
+
+def test_the_call_completing_a_large_plan_makes_the_collectors_full_pass(monkeypatch):
+    """A plan's objects would otherwise meet the cyclic collector's next full pass in a later, batched run."""
+    import gc
+    from nkihub.simulator import replay
+    monkeypatch.delenv("NKIHUB_SIM_BATCH", raising=False)
+    monkeypatch.setenv("NKIHUB_SIM_PLAN_BUDGET", "inf")
+    x = _x(BATCH_MIN_INSTRUCTIONS // 4 + 1)
+    full = []
+
+    def seen(phase, info):
+        if phase == "stop" and info["generation"] == 2:
+            full.append(info)
+    gc.callbacks.append(seen)
+    try:
+        for threshold, expect in ((10 ** 9, False), (1, True)):
+            monkeypatch.setattr(replay, "FULL_PASS_INSTRUCTIONS", threshold)
+            rp = Replay(*_compiled(x))
+            full.clear()
+            thresholds = gc.get_threshold()
+            gc.set_threshold(10 ** 9)     # no pass of the collector's own during the call
+            try:
+                rp.run([x])
+            finally:
+                gc.set_threshold(*thresholds)
+            assert rp.batch_note.startswith("batched") and bool(full) is expect
+    finally:
+        gc.callbacks.remove(seen)
 
 
 def test_concurrent_runs_from_python_threads():

@@ -47,6 +47,41 @@ class Scratch:
     def __init__(self):
         self._arrays: dict = {}
         self._casters: dict = {}
+        self._stable: tuple = ()    # (first, end) byte addresses no instruction writes during a run
+        self._holds: dict = {}      # id of a widening work array -> (its view, its source) last cast into it
+
+    def stable(self, arrays) -> None:
+        """Declare ``arrays`` (the kernel's input buffers no instruction writes) unchanged during a run:
+        a work array widened from a slice of them keeps its values until the next run, so ``widened``
+        skips casting the same slice into it again (the matmul tutorial reads each input tile from HBM in
+        8-16 matmuls). Call before binding; ``forget`` when the inputs may change (each run)."""
+        self._stable = tuple((_where(a)[0], _where(a)[0] + a.nbytes) for a in arrays)
+
+    def forget(self) -> None:
+        """What the work arrays hold is unknown from here (a run starts, its inputs reloaded)."""
+        self._holds.clear()
+
+    def widened(self, a: np.ndarray, slot: int):
+        """``(buf, cast)``: an fp32 work array of stacked ``a``'s shape (``like``) and the cast refreshing
+        it from ``a``, skipped when ``a`` lies in a ``stable`` array and ``buf`` still holds it. Every cast
+        into a work array made here goes through this, so what each holds is known; nothing else writes
+        them (binds only read their operands)."""
+        buf = self.like(a, F32, slot)
+        cast = self.caster(buf, a)
+        flat = buf.base if buf.base is not None else buf
+        key, tag, holds = id(flat), (_where(buf), _where(a)), self._holds
+        lo, hi = _where(a)[0], _where(a)[0] + _extent(a)
+        if any(st < 0 for st in a.strides) or not any(first <= lo and hi <= end for first, end in self._stable):
+            def cast_unknown():
+                holds.pop(key, None)
+                cast()
+            return buf, cast_unknown
+
+        def cast_once():
+            if holds.get(key) != tag:
+                cast()
+                holds[key] = tag
+        return buf, cast_once
 
     def caster(self, dst: np.ndarray, src: np.ndarray):
         """``convert.caster(dst, src)``, one per pair of views of the same memory: a long kernel reads one
@@ -90,13 +125,18 @@ def _where(a: np.ndarray):
     return a.__array_interface__["data"][0], a.shape, a.strides, a.dtype
 
 
+def _extent(a: np.ndarray) -> int:
+    """Bytes from ``a``'s first element to past its last (non-negative strides)."""
+    return 0 if a.size == 0 else sum((n - 1) * s for n, s in zip(a.shape, a.strides)) + a.itemsize
+
+
 def reader(a: np.ndarray, sc: Scratch, slot: int):
     """``(arr, refresh)``: ``arr`` holds ``base.f32(a)`` once ``refresh()`` ran (``a`` itself when fp32, with
-    ``refresh`` None; else a work array laid out as ``astype`` lays it out)."""
+    ``refresh`` None; else a work array laid out as ``astype`` lays it out, ``Scratch.widened``). The
+    caller only reads ``arr``."""
     if a.dtype == F32:
         return a, None
-    buf = sc.like(a, F32, slot)
-    return buf, sc.caster(buf, a)
+    return sc.widened(a, slot)
 
 
 def refresher(*fns):
