@@ -55,8 +55,6 @@ def op_name(op) -> str:
 
 
 def _refuse(message: str):
-    """Raise ``operator-kind`` at the kernel line being traced."""
-    from nkihub.nki import tracing
-    from nkihub.simulator.errors import KernelRuleError
-    raise KernelRuleError("operator-kind", f"{message}; pass an nl function such as nl.add or nl.exp (source: "
-                          "nki.api.shared)", loc=tracing.caller_loc())
+    """Raise ``operator-kind`` at the kernel line being traced (``nki.isa._refuse``)."""
+    from nkihub.nki.isa import _refuse as refuse
+    raise refuse("operator-kind", f"{message}; pass an nl function such as nl.add or nl.exp (source: nki.api.shared)")
