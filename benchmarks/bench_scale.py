@@ -18,8 +18,8 @@ Every (case, size, engine) runs in a fresh subprocess, so its peak resident memo
 The child imports, makes the inputs and notes its resident memory (``base``), then traces the kernel
 (``nki.jit``'s specialize: trace, checks, allocation) and calls it three times (the fast engine binds its steps
 on the first call and makes its batched plan a slice after each call, within ``NKIHUB_SIM_PLAN_BUDGET`` of the
-call's time); with ``--more N`` up to N more calls, until the fast engine's plan is complete, and one call after
-it (the batched replay). Printed
+call's time); with ``--more N`` up to N more calls, until the fast engine's plan is complete and tried (kept
+when its runs beat the bound steps, else dropped), and one call after it (the replay it settled on). Printed
 per run: instructions, the kernel's HBM bytes (inputs and outputs), wall and CPU seconds of the trace and of
 each call, the peak RSS and the simulator's share of it (peak minus ``base``), against the bound stated in
 docs/simulator.md; then per case and size the reference's time over the fast engine's for each call (CPU
@@ -134,24 +134,24 @@ def child(case: str, size, engine: str, samples: Path, more: int = 0) -> dict:
     program = compiled.program
     hbm = sum(program.tensors[n].size * program.tensors[n].np_dtype.itemsize
               for n in {*program.inputs, *program.outputs})
-    calls, batched = [], None
+    calls, settled = [], None
     for n in range(3 + more):
-        if n >= 3 and (engine != "fast" or getattr(compiled.executor, "batch_note", "") != "planning"):
+        if n >= 3 and not getattr(compiled.executor, "settling", False):
             break
         out, w, c = _timed(lambda: kernel(*args, target=target))
         calls.append((w, c))
         del out
     note = getattr(compiled.executor, "batch_note", "")
-    if more and engine == "fast" and note.startswith("batched"):
+    if more and engine == "fast" and not getattr(compiled.executor, "settling", False):
         out, w, c = _timed(lambda: kernel(*args, target=target))
-        batched = (len(calls) + 1, w, c)
+        settled = (len(calls) + 1, w, c, note.startswith("batched"))
         del out
     arrays = [a for a in args if isinstance(a, np.ndarray)]
     return {"case": case, "size": list(size) if isinstance(size, tuple) else size, "engine": engine,
             "work": work(case, size), "instructions": len(program.instructions), "hbm_bytes": hbm,
             "input_bytes": sum(a.nbytes for a in arrays), "base_rss": base,
             "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "end_rss": _rss(),
-            "trace": (trace_w, trace_c), "calls": calls, "batched": batched, "note": note}
+            "trace": (trace_w, trace_c), "calls": calls, "settled": settled, "note": note}
 
 
 # -- parent ------------------------------------------------------------------------------------------------
@@ -216,11 +216,12 @@ def table(rows: list[dict]) -> str:
 
 def verdicts(rows: list[dict]) -> str:
     """Per case and size: the reference's seconds over the fast engine's for each of the three calls (CPU,
-    then wall; above 1 the fast engine is ahead), the call at which the fast engine's batched plan was
-    complete (``--more``) with the reference's replay over the batched replay, and a verdict by CPU seconds."""
+    then wall; above 1 the fast engine is ahead), the first call after the fast engine settled how it replays
+    (``--more``: its batched plan complete and tried, kept or dropped) with the reference's replay over that
+    call, and a verdict by CPU seconds."""
     good = {(r["case"], json.dumps(r["size"]), r["engine"]): r for r in rows if "error" not in r}
     head = (f"{'case':7}{'size':>20}{'cpu 1st':>8}{'cpu 2nd':>8}{'cpu 3rd':>8}{'wall 1st':>9}{'wall 2nd':>9}"
-            f"{'wall 3rd':>9}{'batched':>9}{'cpu':>6}{'wall':>6}  verdict")
+            f"{'wall 3rd':>9}{'settled':>9}{'as':>5}{'cpu':>6}{'wall':>6}  verdict")
     lines = [head, "-" * len(head)]
     for (case, size, engine), fast in good.items():
         ref = good.get((case, size, "reference"))
@@ -230,15 +231,17 @@ def verdicts(rows: list[dict]) -> str:
         name = label(case, tuple(sz) if isinstance(sz, list) else sz)
         cpu = [rc / fc for (_, fc), (_, rc) in zip(fast["calls"][:3], ref["calls"][:3])]
         wall = [rw / fw for (fw, _), (rw, _) in zip(fast["calls"][:3], ref["calls"][:3])]
-        b = fast.get("batched")
+        b = fast.get("settled")
         rep_w, rep_c = ref["calls"][2]
-        late = (f"{'call ' + str(b[0]):>9}{rep_c / b[2]:>6.2f}{rep_w / b[1]:>6.2f}" if b else f"{'-':>9}{'-':>6}{'-':>6}")
+        late = (f"{'call ' + str(b[0]):>9}{'bat' if b[3] else 'unb':>5}{rep_c / b[2]:>6.2f}{rep_w / b[1]:>6.2f}" if b
+                else f"{'-':>9}{'-':>5}{'-':>6}{'-':>6}")
         behind = [str(k + 1) for k, x in enumerate(cpu) if x < 1.0]
         verdict = "at or ahead at every call" if not behind else f"BEHIND at call {', '.join(behind)}"
         lines.append(f"{case:7}{name:>20}" + "".join(f"{x:>8.2f}" for x in cpu) + "".join(f"{x:>9.2f}" for x in wall)
                      + late + "  " + verdict)
-    lines.append("reference seconds over fast seconds per call (above 1: the fast engine is ahead); batched: the call "
-                 "whose run was the first batched one (--more), with the reference's third call over it (CPU, wall); "
+    lines.append("reference seconds over fast seconds per call (above 1: the fast engine is ahead); settled: the "
+                 "first call after the fast engine's batched plan was complete and tried (--more), as bat(ched) or "
+                 "unb(atched, the plan dropped as no faster), with the reference's third call over it (CPU, wall); "
                  "verdict by CPU seconds")
     return "\n".join(lines)
 
@@ -321,7 +324,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
     ap.add_argument("--out", default="out/bench")
     ap.add_argument("--more", type=int, default=0,
-                    help="up to N more calls of the fast engine, until its batched plan is complete, then one more")
+                    help="up to N more calls of the fast engine, until its batched plan is complete and tried, "
+                         "then one more")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:

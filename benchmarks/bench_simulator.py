@@ -125,9 +125,9 @@ def measure(names=None, repeat: int = 5, check: bool = True, reference: bool = F
         compiled = kernel.specialize(*args)
         program = compiled.program
         # the fast engine makes its batched plan a slice after each call (NKIHUB_SIM_PLAN_BUDGET): call until
-        # it is complete (or given up), then once more, so the rounds below time the replay it settles on
+        # it is complete and tried (or given up), then once more, so the rounds below time the replay it settles on
         calls = 1
-        while getattr(compiled.executor, "batch_note", "") in ("planning", "not tried yet") and calls < MAX_WARMUP:
+        while getattr(compiled.executor, "settling", False) and calls < MAX_WARMUP:
             sim()
             calls += 1
         sim()

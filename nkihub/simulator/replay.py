@@ -23,6 +23,7 @@ differently, measured on the library kernels (see docs/simulator.md):
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
 import threading
@@ -62,6 +63,9 @@ PLAN_BYTES = 2048
 # nothing. Made here, it is paid once by the planning calls, and the full pass after it waits for a quarter
 # of the plan's objects.
 FULL_PASS_INSTRUCTIONS = 8192
+# Runs a completed batched plan is tried for against the unbatched steps that ran before it (the best of
+# each, wall time of the run): batching is kept only when it is faster (``Replay._judge``).
+TRIAL_RUNS = 3
 
 
 @contextlib.contextmanager
@@ -347,6 +351,9 @@ def _note(batches: Batches) -> str:
     return "batched" if batches.dataflow.windows == 1 else f"batched in {batches.dataflow.windows} windows"
 
 
+ON_TRIAL = ", on trial against the unbatched steps"
+
+
 class Replay:
     """Runs one Program on the fast engine. Build once, call :meth:`run` many times (thread-safe).
 
@@ -378,6 +385,16 @@ class Replay:
         self._stable = [i for i in self._inputs if i not in written and i not in self._aliases
                         and i not in self._aliases.values()]
         self.busy = 0                # runs in progress (``simulator.memory``)
+        # wall seconds of the last unbatched runs that bound nothing, and of the batched runs on trial
+        # against them (None: no trial on); see ``_judge``
+        self._unbatched_s: collections.deque = collections.deque(maxlen=TRIAL_RUNS)
+        self._trial: list | None = None
+
+    @property
+    def settling(self) -> bool:
+        """The batched plan is being made (a slice after each call) or tried against the bound steps: the
+        calls have not reached the replay this engine settles on."""
+        return self._planner is not None or self._trial is not None
 
     def held_bytes(self) -> int:
         """Estimated memory of the plan and bound steps this engine keeps between runs."""
@@ -397,6 +414,7 @@ class Replay:
                 self._planner, self.batch_note = None, "plan dropped to free memory; planned again from the next call"
             self._pool.clear()
             self._lay = (None, None)
+            self._trial = None
             if self._batches:
                 self._batches, self.batch_note = None, "plan dropped to free memory; planned again on the next call"
             return True
@@ -495,7 +513,41 @@ class Replay:
         with self._lock:
             self._batches = batches
             self.batch_note = _note(batches)
+            if self._unbatched_s:
+                self._trial, self.batch_note = [], self.batch_note + ON_TRIAL
             self._pool.append(ws)
+
+    def _judge(self, ws: _Workspace, seconds: float, bound: bool) -> None:
+        """Weigh a run of ``seconds`` (wall) on ``ws`` (called holding ``_lock``, ``ws`` back in the pool).
+
+        A batched plan pays on most Programs, not on all: at small sizes its runs can be slower than the
+        unbatched steps (vit-block at 1-4 images: 0.8-0.94 of them), and on a busy machine its two lanes
+        may wait for a core. So the plan made after the calls (``_advance``) is tried: its first
+        ``TRIAL_RUNS`` runs against the last ``TRIAL_RUNS`` unbatched runs that bound nothing, the best of
+        each. Batching is kept only when faster; else the plan and its workspace are dropped and the
+        Program replays unbatched from then on (``batch_note`` says so, with both times). Meanwhile the
+        unbatched workspace stays in the pool, so falling back binds nothing. A plan made before the first
+        call (``NKIHUB_SIM_BATCH=always``, or by the call that bound with an unbounded budget) has no
+        unbatched runs to be weighed against and is kept."""
+        if ws.batches is None:
+            if not bound and self._batches is None:
+                self._unbatched_s.append(seconds)
+            return
+        if self._trial is None or ws.batches is not self._batches:
+            return
+        self._trial.append(seconds)
+        if len(self._trial) < TRIAL_RUNS:
+            return
+        batched, unbatched = min(self._trial), min(self._unbatched_s)
+        self._trial = None
+        if batched < unbatched:
+            self.batch_note = _note(self._batches)
+            self._pool = [w for w in self._pool if w.batches is not None]
+        else:
+            self._batches, self._lay = False, (None, None)
+            self.batch_note = (f"not batched: its best run of {TRIAL_RUNS} took {batched * 1e3:.4g} ms, the "
+                               f"unbatched steps' {unbatched * 1e3:.4g} ms")
+            self._pool = [w for w in self._pool if w.batches is None]
 
     def _take(self) -> _Workspace:
         lanes = max(1, config.fast_threads())
@@ -503,8 +555,11 @@ class Replay:
             self._calls += 1
             batches = self._batched()
             # workspaces made before batching was planned, or for another number of lanes, are dropped
+            # (the unbatched ones kept while the plan is on trial, ``_judge``)
             fitting = [w for w in self._pool if w.batches is batches and (batches is None or w.lanes == lanes)]
-            ws, self._pool = (fitting[-1], fitting[:-1]) if fitting else (None, [])
+            trying = batches is not None and self._trial is not None
+            kept = [w for w in self._pool if w.batches is None] if trying else []
+            ws, self._pool = (fitting[-1], kept + fitting[:-1]) if fitting else (None, kept)
         if ws is not None and not self.checked:
             ws.refill(self)
         if ws is None:
@@ -527,8 +582,10 @@ class Replay:
         ws = self._take()
         bound = not ws.runs     # this call made the workspace and bound its steps
         t0 = time.perf_counter()
+        ran = None              # seconds of a run that succeeded on the workspace first taken
         try:
             outs = self._run(ws, inputs, ctx)
+            ran = time.perf_counter() - t0
         except Exception as exc:
             if ws.batches is None:
                 raise
@@ -539,6 +596,7 @@ class Replay:
             with self._lock:
                 self._batches, self.batch_note = False, f"batched replay failed ({exc!r}); replaying unbatched"
                 self._pool.clear()
+                self._trial = None
             ctx = ExecContext(self.target, echo=echo_prints) if fresh else ctx
             ws = self._take()
             outs = self._run(ws, inputs, ctx)
@@ -549,6 +607,8 @@ class Replay:
                 memory.put_back(ws.arena, time.perf_counter() - t0, config.keep_memory(), self)
                 with self._lock:
                     self._pool.append(ws)
+                    if ran is not None:
+                        self._judge(ws, ran, bound)
         self._advance(config.plan_budget() * (time.perf_counter() - start), bound)
         if config.crosscheck():
             self._crosscheck(inputs, outs, ctx, echo_prints)

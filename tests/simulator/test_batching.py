@@ -134,8 +134,8 @@ def test_calls_run_bound_on_memory_shared_by_liveness_while_the_plan_is_made(com
         assert _same(fast.run(args), want) and fast._pool[0].batches is None and fast.batch_note == "planning"
     assert len(fast._pool[0].steps) == len(program.instructions)
     monkeypatch.setenv("NKIHUB_SIM_PLAN_BUDGET", "inf")   # the plan is finished after the next run
-    assert _same(fast.run(args), want) and fast.batch_note == "batched"
-    assert _same(fast.run(args), want) and fast._pool[0].batches is not None
+    assert _same(fast.run(args), want) and fast.batch_note.startswith("batched")   # on trial (Replay._judge)
+    assert _same(fast.run(args), want) and fast._pool[-1].batches is not None
 
 
 def test_the_plan_made_in_slices_is_the_plan_made_at_once(compiled, monkeypatch):

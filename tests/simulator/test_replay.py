@@ -182,6 +182,55 @@ def test_the_call_that_binds_plans_nothing_and_a_slice_past_its_budget_is_paid_b
     assert len(slices) == 2
 
 
+@pytest.mark.parametrize("slower", ["batched", "unbatched"])
+def test_a_completed_plan_is_kept_only_when_its_runs_beat_the_unbatched_steps(monkeypatch, slower):
+    """The plan made after the calls is tried for TRIAL_RUNS runs against the unbatched runs before it; the
+    slower side is dropped, and falling back reuses the unbatched workspace (nothing bound again)."""
+    import time
+    monkeypatch.delenv("NKIHUB_SIM_BATCH", raising=False)
+    monkeypatch.setenv("NKIHUB_SIM_PLAN_BUDGET", "0")     # no time for the plan while the unbatched runs are timed
+    x = _x(BATCH_MIN_INSTRUCTIONS // 4 + 1)
+    prog, target = _compiled(x)
+    want = Executor(prog, target).run([x])
+    rp = Replay(prog, target)
+    plain_run = rp._run
+
+    def run(ws, inputs, ctx):     # the slower side waits 50 ms more than its run
+        if (ws.batches is None) == (slower == "unbatched"):
+            time.sleep(0.05)
+        return plain_run(ws, inputs, ctx)
+    monkeypatch.setattr(rp, "_run", run)
+    for _ in range(1 + replay_module.TRIAL_RUNS):       # the first call binds and is not timed
+        assert _bits_equal(rp.run([x]), want) and rp.batch_note == "planning" and rp.settling
+    unbatched = rp._pool[0]
+    monkeypatch.setenv("NKIHUB_SIM_PLAN_BUDGET", "inf")
+    assert _bits_equal(rp.run([x]), want)
+    assert rp.batch_note == "batched" + replay_module.ON_TRIAL
+    for n in range(replay_module.TRIAL_RUNS):
+        assert _bits_equal(rp.run([x]), want)
+        on_trial = n < replay_module.TRIAL_RUNS - 1
+        assert (unbatched in rp._pool) is (on_trial or slower == "batched")
+        assert rp.batch_note.endswith(replay_module.ON_TRIAL) is on_trial and rp.settling is on_trial
+    runs = unbatched.runs
+    assert _bits_equal(rp.run([x]), want)
+    if slower == "batched":
+        assert rp.batch_note.startswith("not batched: its best run of 3 took ")
+        assert "the unbatched steps' " in rp.batch_note and rp._batches is False
+        assert rp._pool == [unbatched] and unbatched.runs == runs + 1 and rp.held_bytes() == unbatched.step_bytes
+    else:
+        assert rp.batch_note == "batched" and all(w.batches is rp._batches for w in rp._pool)
+
+
+def test_a_plan_made_before_any_timed_unbatched_run_is_not_tried(monkeypatch):
+    monkeypatch.delenv("NKIHUB_SIM_BATCH", raising=False)
+    monkeypatch.setenv("NKIHUB_SIM_PLAN_BUDGET", "inf")     # the binding call plans it all
+    x = _x(BATCH_MIN_INSTRUCTIONS // 4 + 1)
+    rp = Replay(*_compiled(x))
+    for _ in range(2 + replay_module.TRIAL_RUNS):
+        rp.run([x])
+        assert rp.batch_note == "batched" and rp._trial is None
+
+
 def test_the_call_completing_a_large_plan_makes_the_collectors_full_pass(monkeypatch):
     """A plan's objects would otherwise meet the cyclic collector's next full pass in a later, batched run."""
     import gc
