@@ -67,10 +67,12 @@ class Scratch:
         into a work array made here goes through this, so what each holds is known; nothing else writes
         them (binds only read their operands)."""
         buf = self.like(a, F32, slot)
-        cast = self.caster(buf, a)
+        tag = (_where(buf), _where(a))
+        cast = self.caster(buf, a, tag)
         flat = buf.base if buf.base is not None else buf
-        key, tag, holds = id(flat), (_where(buf), _where(a)), self._holds
-        lo, hi = _where(a)[0], _where(a)[0] + _extent(a)
+        key, holds = id(flat), self._holds
+        lo = tag[1][0]
+        hi = lo + _extent(a)
         if any(st < 0 for st in a.strides) or not any(first <= lo and hi <= end for first, end in self._stable):
             def cast_unknown():
                 holds.pop(key, None)
@@ -83,10 +85,11 @@ class Scratch:
                 holds[key] = tag
         return buf, cast_once
 
-    def caster(self, dst: np.ndarray, src: np.ndarray):
+    def caster(self, dst: np.ndarray, src: np.ndarray, key=None):
         """``convert.caster(dst, src)``, one per pair of views of the same memory: a long kernel reads one
-        tile slice in many instructions, and each caster holds torch views (about 0.5 KB each)."""
-        key = (_where(dst), _where(src))
+        tile slice in many instructions, and each caster holds torch views (about 0.5 KB each). ``key``:
+        ``(_where(dst), _where(src))`` when the caller has it."""
+        key = key or (_where(dst), _where(src))
         cast = self._casters.get(key)
         if cast is None:
             cast = self._casters[key] = caster(dst, src)
