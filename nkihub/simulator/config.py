@@ -19,8 +19,8 @@ tests and users just set a variable.
   ``SimulationError`` unless both give the same bits (the test suite sets it for the tutorials and the
   library kernels). Default ``0``.
 - ``NKIHUB_SIM_BATCH_MEMORY``: bytes (``K``/``M``/``G`` suffixes) the renamed storage of a batched plan
-  may take; a Program whose renamed writes pass it is planned in windows, one that still does not fit
-  twice the budget replays unbatched. Default ``256M``.
+  may take: a Program is planned whole when that storage stays within twice it, else in windows, and one
+  that still does not fit twice the budget replays unbatched. Default ``256M``.
 - ``NKIHUB_SIM_KEEP_MEMORY``: bytes of workspace memory the process keeps resident between runs (beyond
   it the least recently used engines hand back their workspaces' pages, then their plans). Default ``256M``.
 - ``NKIHUB_SIM_REASSOCIATE``: ``1`` allows optimisations that change the order of fp32 sums (a whole

@@ -12,7 +12,7 @@ import pytest
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from nkihub.simulator import config
+from nkihub.simulator import batching, config
 from nkihub.simulator.batching import plan_batches, planning, renamed_write_bytes
 from nkihub.simulator.dataflow import SLICE, NotBatchable
 from nkihub.simulator.executor import Executor
@@ -84,6 +84,15 @@ def test_a_budget_below_the_storage_plans_in_windows_with_the_reference_bits(com
         fast = Replay(program, target, checked=True, batch=True)
         assert _same(fast.run(args), want) and _same(fast.run(args), want)
         assert fast.batch_note.startswith("batched in ") and fast.batch_note.endswith(" windows")
+
+
+def test_a_whole_plan_is_kept_while_its_storage_is_within_twice_the_budget(compiled):
+    program = compiled[0]
+    storage = plan_batches(program).storage_bytes
+    budget = storage * 2 // 3          # the storage passes the budget, not twice it
+    assert renamed_write_bytes(program) <= batching.WHOLE_WRITES * budget
+    assert plan_batches(program, budget).dataflow.windows == 1
+    assert plan_batches(program, storage // 3).dataflow.windows > 1
 
 
 def test_a_budget_nothing_fits_replays_unbatched_with_the_reference_bits(compiled, monkeypatch):
