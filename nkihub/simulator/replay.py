@@ -521,8 +521,8 @@ class Replay:
         """Weigh a run of ``seconds`` (wall) on ``ws`` (called holding ``_lock``, ``ws`` back in the pool).
 
         A batched plan pays on most Programs, not on all: at small sizes its runs can be slower than the
-        unbatched steps (vit-block at 1-4 images: 0.8-0.94 of them), and on a busy machine its two lanes
-        may wait for a core. So the plan made after the calls (``_advance``) is tried: its first
+        unbatched steps (vit-block at 1-4 images, load ~6: batched 0.77-0.94x the reference's speed in
+        wall time, the unbatched steps 1.10-1.26x), and on a busy machine its two lanes may wait for a core. So the plan made after the calls (``_advance``) is tried: its first
         ``TRIAL_RUNS`` runs against the last ``TRIAL_RUNS`` unbatched runs that bound nothing, the best of
         each. Batching is kept only when faster; else the plan and its workspace are dropped and the
         Program replays unbatched from then on (``batch_note`` says so, with both times). Meanwhile the

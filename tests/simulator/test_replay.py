@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import threading
+import time
 
 import ml_dtypes
 import numpy as np
@@ -186,7 +187,6 @@ def test_the_call_that_binds_plans_nothing_and_a_slice_past_its_budget_is_paid_b
 def test_a_completed_plan_is_kept_only_when_its_runs_beat_the_unbatched_steps(monkeypatch, slower):
     """The plan made after the calls is tried for TRIAL_RUNS runs against the unbatched runs before it; the
     slower side is dropped, and falling back reuses the unbatched workspace (nothing bound again)."""
-    import time
     monkeypatch.delenv("NKIHUB_SIM_BATCH", raising=False)
     monkeypatch.setenv("NKIHUB_SIM_PLAN_BUDGET", "0")     # no time for the plan while the unbatched runs are timed
     x = _x(BATCH_MIN_INSTRUCTIONS // 4 + 1)
